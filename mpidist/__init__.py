@@ -1,0 +1,61 @@
+"""mpidist: TensorFlow's tf.distribute programming model for NumPy / CuPy, over MPI.
+
+Write a step once; run it on one CPU, on the GPUs of one machine or on many MPI ranks by
+changing only the strategy object. Importing mpidist initialises nothing: no MPI, no CUDA,
+no kernel compilation.
+"""
+
+from mpidist import errors
+from mpidist.ops.cross_device_ops import CrossDeviceOps
+from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
+from mpidist.strategies.context import (
+    experimental_set_strategy,
+    get_replica_context,
+    get_strategy,
+    has_strategy,
+    in_cross_replica_context,
+)
+from mpidist.strategies.default import get_default_strategy as _get_default_strategy
+from mpidist.strategies.mirrored import MirroredStrategy
+from mpidist.strategies.one_device import OneDeviceStrategy
+from mpidist.strategies.replica_context import ReplicaContext
+from mpidist.strategies.strategy import Strategy, StrategyExtended
+from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
+from mpidist.values.containers import DistributedValues, Mirrored, PerReplica, ValueContext
+from mpidist.values.distributed_variables import (
+    DistributedVariable,
+    MirroredVariable,
+    SyncOnReadVariable,
+)
+from mpidist.values.variables import Variable
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CrossDeviceOps",
+    "DistributedValues",
+    "DistributedVariable",
+    "Mirrored",
+    "MirroredStrategy",
+    "MirroredVariable",
+    "OneDeviceStrategy",
+    "PerReplica",
+    "ReduceOp",
+    "ReductionToOneDevice",
+    "ReplicaContext",
+    "Strategy",
+    "StrategyExtended",
+    "SyncOnReadVariable",
+    "ValueContext",
+    "Variable",
+    "VariableAggregation",
+    "VariableSynchronization",
+    "errors",
+    "experimental_set_strategy",
+    "get_replica_context",
+    "get_strategy",
+    "has_strategy",
+    "in_cross_replica_context",
+]
+
+del _get_default_strategy

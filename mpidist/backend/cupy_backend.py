@@ -1,0 +1,48 @@
+"""CuPy, imported on first use only; ``available()`` tells whether GPUs can be driven."""
+
+import sys
+
+__all__ = ["available", "get_cupy", "is_cupy_array", "gpu_count"]
+
+_state = {"checked": False, "module": None, "error": None}
+
+
+def get_cupy():
+    """The cupy module, or None when CuPy is not installed or finds no CUDA runtime."""
+    if not _state["checked"]:
+        _state["checked"] = True
+        try:
+            import cupy  # noqa: PLC0415 - lazy on purpose: importing CuPy initialises CUDA
+
+            _state["module"] = cupy
+        except Exception as exc:  # ImportError, or CUDA libraries that fail to load
+            _state["error"] = exc
+    return _state["module"]
+
+
+def is_cupy_array(x):
+    # A CuPy array can only exist if cupy was imported by someone: avoid importing it here.
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and isinstance(x, cupy.ndarray)
+
+
+def gpu_count():
+    cupy = get_cupy()
+    if cupy is None:
+        return 0
+    try:
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, or no device visible
+        _state["error"] = exc
+        return 0
+
+
+def available():
+    return gpu_count() > 0
+
+
+def unavailable_reason():
+    err = _state["error"]
+    if err is None and get_cupy() is None:
+        return "CuPy is not installed (pip install 'mpidist[cuda12]')"
+    return f"{type(err).__name__}: {err}" if err is not None else "no GPU is visible"

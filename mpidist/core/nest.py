@@ -1,0 +1,113 @@
+"""Nested structures of lists, tuples, namedtuples and mappings (the subset of ``tf.nest`` we need).
+
+Anything else is a leaf, including arrays and distributed values. Mapping keys are visited in
+sorted order when they sort, as ``tf.nest`` does, else in insertion order.
+"""
+
+import collections.abc
+
+__all__ = ["is_nested", "flatten", "pack_sequence_as", "map_structure", "is_namedtuple"]
+
+
+def is_namedtuple(x):
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def is_nested(x):
+    return isinstance(x, (list, tuple, collections.abc.Mapping))
+
+
+def _sorted_keys(mapping):
+    keys = list(mapping.keys())
+    try:
+        return sorted(keys)
+    except TypeError:
+        return keys
+
+
+def _children(x):
+    if isinstance(x, collections.abc.Mapping):
+        return [x[k] for k in _sorted_keys(x)]
+    return list(x)
+
+
+def _rebuild(template, children):
+    if isinstance(template, collections.abc.Mapping):
+        items = dict(zip(_sorted_keys(template), children))
+        ordered = {k: items[k] for k in template.keys()}
+        if type(template) is dict:
+            return ordered
+        if isinstance(template, collections.defaultdict):
+            out = collections.defaultdict(template.default_factory)
+            out.update(ordered)
+            return out
+        return type(template)(ordered)
+    if is_namedtuple(template):
+        return type(template)._make(children)
+    if isinstance(template, tuple):
+        return tuple(children)
+    return list(children)
+
+
+def flatten(structure):
+    """The leaves of ``structure`` in a deterministic order."""
+    out = []
+    stack = [structure]
+    while stack:
+        x = stack.pop()
+        if is_nested(x):
+            stack.extend(reversed(_children(x)))
+        else:
+            out.append(x)
+    return out
+
+
+def pack_sequence_as(structure, flat):
+    """Rebuild ``structure`` with its leaves replaced, in order, by ``flat``."""
+    flat = list(flat)
+    pos = 0
+
+    def build(x):
+        nonlocal pos
+        if is_nested(x):
+            return _rebuild(x, [build(c) for c in _children(x)])
+        leaf = flat[pos]
+        pos += 1
+        return leaf
+
+    result = build(structure)
+    if pos != len(flat):
+        raise ValueError(
+            f"Structure has {pos} leaves but {len(flat)} values were given to pack into it."
+        )
+    return result
+
+
+def assert_same_structure(a, b):
+    """Raise ValueError unless ``a`` and ``b`` nest the same way (leaf values may differ)."""
+    if is_nested(a) != is_nested(b):
+        raise ValueError(f"The two structures don't have the same nested structure: {a!r} vs {b!r}.")
+    if not is_nested(a):
+        return
+    if isinstance(a, collections.abc.Mapping) != isinstance(b, collections.abc.Mapping):
+        raise ValueError(f"The two structures don't have the same sequence type: {a!r} vs {b!r}.")
+    if isinstance(a, collections.abc.Mapping) and set(a.keys()) != set(b.keys()):
+        raise ValueError(
+            f"The two structures don't have the same keys: {sorted(map(str, a))} vs {sorted(map(str, b))}."
+        )
+    ca, cb = _children(a), _children(b)
+    if len(ca) != len(cb):
+        raise ValueError(
+            f"The two structures don't have the same number of elements: {len(ca)} vs {len(cb)}."
+        )
+    for x, y in zip(ca, cb):
+        assert_same_structure(x, y)
+
+
+def map_structure(fn, *structures):
+    """Apply ``fn`` to corresponding leaves of ``structures``; the result nests like the first."""
+    first = structures[0]
+    for other in structures[1:]:
+        assert_same_structure(first, other)
+    flats = [flatten(s) for s in structures]
+    return pack_sequence_as(first, [fn(*leaves) for leaves in zip(*flats)])

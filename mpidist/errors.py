@@ -1,0 +1,39 @@
+"""Exceptions raised by mpidist.
+
+Where TensorFlow raises a Python builtin, mpidist raises the same builtin. Where TensorFlow raises
+one of its own error types, mpidist has a class of the same name that subclasses the closest
+builtin, so ``except ValueError`` and ``except mpidist.errors.InvalidArgumentError`` both work.
+"""
+
+__all__ = [
+    "MpidistError",
+    "InvalidArgumentError",
+    "OutOfRangeError",
+    "DeadlineExceededError",
+    "UnavailableError",
+    "CancelledError",
+]
+
+
+class MpidistError(Exception):
+    """Base class of every error type defined by mpidist."""
+
+
+class InvalidArgumentError(MpidistError, ValueError):
+    """An argument has an unusable value, e.g. arrays whose shapes cannot be combined."""
+
+
+class OutOfRangeError(MpidistError, IndexError):
+    """An iterator or dataset has no more elements."""
+
+
+class DeadlineExceededError(MpidistError, TimeoutError):
+    """A collective operation did not complete within its timeout."""
+
+
+class UnavailableError(MpidistError, ConnectionError):
+    """A peer (rank, device or service) cannot be reached."""
+
+
+class CancelledError(MpidistError, RuntimeError):
+    """An operation was cancelled, usually because another rank or replica failed."""

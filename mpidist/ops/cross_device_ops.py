@@ -1,0 +1,142 @@
+"""CrossDeviceOps: the interface for reducing and broadcasting across the devices of a process.
+
+Public methods validate and normalise their inputs, take TF's shortcuts, then call the
+``*_implementation`` hooks that subclasses provide.
+"""
+
+import numpy as np
+
+from mpidist.backend import as_array, is_array
+from mpidist.errors import InvalidArgumentError
+from mpidist.ops.destinations import resolve_devices, simple_broadcast, validate_destinations
+from mpidist.types import ReduceOp, as_reduce_op
+from mpidist.values.containers import DistributedValues, PerReplica
+
+__all__ = ["CrossDeviceOps", "reduce_non_distributed_value", "as_per_replica",
+           "check_same_shapes"]
+
+
+def as_per_replica(value):
+    """``value`` as a PerReplica of its components (variables give their arrays)."""
+    if getattr(value, "_is_distributed_variable", False):
+        return PerReplica([c._value for c in value.values], value.devices)
+    if isinstance(value, DistributedValues):
+        return value
+    return PerReplica([value])
+
+
+def check_same_shapes(op_name, arrays):
+    shapes = [tuple(np.shape(a)) for a in arrays]
+    for i, s in enumerate(shapes[1:], start=1):
+        if s != shapes[0]:
+            raise InvalidArgumentError(
+                f"{op_name}: replica values must all have the same shape; replica 0 has shape "
+                f"{shapes[0]} but replica {i} has shape {s}."
+            )
+
+
+def reduce_non_distributed_value(reduce_op, value, destinations, num_replicas_in_sync):
+    """Reduce a value that is the same on every replica (TF's rules).
+
+    All zeros stay zeros; MEAN returns the value; SUM over more than one replica is an error
+    (the value would be counted once per replica); with one replica it is broadcast.
+    """
+    if isinstance(value, DistributedValues):
+        raise ValueError("reduce_non_distributed_value got a DistributedValues; reduce it instead.")
+    if reduce_op is ReduceOp.MEAN:
+        return value
+    if num_replicas_in_sync == 1:
+        validate_destinations(destinations)
+        return simple_broadcast(value, destinations)
+    arr = as_array(value) if (is_array(value) or np.isscalar(value)) else None
+    if arr is not None and arr.dtype.kind in "biufc" and not np.any(arr):
+        return np.zeros(arr.shape, dtype=arr.dtype)
+    raise ValueError(
+        f"A non-DistributedValues value {value!r} cannot be reduced with the given reduce op "
+        f"{reduce_op}: it is the same object on all {num_replicas_in_sync} replicas. Give each "
+        "replica its own value (e.g. return it from strategy.run) or use ReduceOp.MEAN."
+    )
+
+
+class CrossDeviceOps:
+    """Base class: how values on several devices are reduced and broadcast."""
+
+    def reduce(self, reduce_op, per_replica_value, destinations, options=None):
+        """Reduce ``per_replica_value`` to ``destinations``.
+
+        Returns:
+            An array when ``destinations`` is one device, else a Mirrored with one copy per device.
+        """
+        reduce_op = as_reduce_op(reduce_op)
+        validate_destinations(destinations)
+        value = as_per_replica(per_replica_value)
+        if len(value.values) == 1:
+            dest = resolve_devices(destinations)
+            src = resolve_devices(value)
+            if len(dest) == 1 and dest == src:
+                return simple_broadcast(value.values[0], destinations)
+        return self.reduce_implementation(reduce_op, value, destinations, options)
+
+    def batch_reduce(self, reduce_op, value_destination_pairs, options=None):
+        """Reduce each ``(value, destinations)`` pair; returns one result per pair, in order."""
+        reduce_op = as_reduce_op(reduce_op)
+        pairs = normalize_pairs(value_destination_pairs)
+        if all(len(v.values) == 1 and resolve_devices(v) == resolve_devices(d) for v, d in pairs):
+            return [simple_broadcast(v.values[0], d) for v, d in pairs]
+        return self.batch_reduce_implementation(reduce_op, pairs, options)
+
+    def broadcast(self, tensor, destinations):
+        """Copy ``tensor`` to every device of ``destinations``."""
+        validate_destinations(destinations)
+        return self.broadcast_implementation(tensor, destinations)
+
+    # -- hooks ----------------------------------------------------------------------------
+    def reduce_implementation(self, reduce_op, per_replica_value, destinations, options):
+        raise NotImplementedError(f"{type(self).__name__} must implement reduce_implementation.")
+
+    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+        return [self.reduce_implementation(reduce_op, v, d, options) for v, d in value_destination_pairs]
+
+    def broadcast_implementation(self, tensor, destinations):
+        return simple_broadcast(tensor, destinations)
+
+    def _gather(self, per_replica_value, destinations, axis, options=None):
+        """Concatenate the components along ``axis`` and place the result on ``destinations``."""
+        value = as_per_replica(per_replica_value)
+        arrays = [as_array(v) for v in value.values]
+        for i, a in enumerate(arrays):
+            if a.ndim == 0:
+                raise ValueError(
+                    f"Cannot gather scalars: replica {i} has a rank-0 value; give each replica a "
+                    "value with at least one dimension (e.g. np.reshape(x, [1]))."
+                )
+        rank = arrays[0].ndim
+        if not -rank <= axis < rank:
+            raise ValueError(f"gather axis {axis} is out of range for values of rank {rank}.")
+        ax = axis % rank
+        for i, a in enumerate(arrays[1:], start=1):
+            if a.ndim != rank or any(a.shape[k] != arrays[0].shape[k] for k in range(rank) if k != ax):
+                raise InvalidArgumentError(
+                    f"gather: replica values may differ only along axis {axis}; replica 0 has shape "
+                    f"{arrays[0].shape} but replica {i} has shape {a.shape}."
+                )
+        return simple_broadcast(np.concatenate(arrays, axis=ax), destinations, reuse=True)
+
+
+def normalize_pairs(value_destination_pairs):
+    pairs = []
+    for pair in value_destination_pairs:
+        if not isinstance(pair, tuple):
+            raise ValueError(
+                "Each element of `value_destination_pairs` should be a tuple (value, destinations); "
+                f"got {type(pair).__name__} {pair!r}."
+            )
+        if len(pair) != 2:
+            raise ValueError(
+                "Each element of `value_destination_pairs` should be a tuple of size 2; got a "
+                f"tuple of size {len(pair)}."
+            )
+        value, destinations = pair
+        validate_destinations(destinations)
+        pairs.append((as_per_replica(value), destinations))
+    return pairs

@@ -1,0 +1,118 @@
+"""The default strategy: what is in effect when no strategy's scope is entered (one replica,
+no distribution)."""
+
+from mpidist.core import nest, state
+from mpidist.strategies.context import has_strategy
+from mpidist.strategies.replica_context import DefaultReplicaContext, ReplicaContext
+from mpidist.strategies.strategy import Strategy, StrategyExtended
+from mpidist.values.variables import Variable
+
+__all__ = ["get_default_strategy"]
+
+
+class _DefaultScope:
+    def __init__(self, strategy):
+        self._strategy = strategy
+
+    def __enter__(self):
+        if has_strategy():
+            raise RuntimeError(
+                "Must not nest mpidist.Strategy scopes: the default strategy's scope cannot be "
+                "entered inside another strategy's scope."
+            )
+        return self._strategy
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _DefaultDistributionStrategy(Strategy):
+    _is_default = True
+    _instance = None
+
+    def __init__(self):
+        if _DefaultDistributionStrategy._instance is not None:
+            raise RuntimeError(
+                "Should only create a single instance of _DefaultDistributionStrategy: use "
+                "mpidist.get_strategy() outside any scope to get it."
+            )
+        super().__init__(_DefaultExtended(self))
+        _DefaultDistributionStrategy._instance = self
+
+    def scope(self):
+        return _DefaultScope(self)
+
+    def __deepcopy__(self, memo):
+        raise RuntimeError("Should only create a single instance of _DefaultDistributionStrategy")
+
+
+class _DefaultExtended(StrategyExtended):
+    def __init__(self, container_strategy):
+        super().__init__(container_strategy, devices=())
+
+    @property
+    def _num_replicas_in_sync(self):
+        return 1
+
+    @property
+    def worker_devices(self):
+        raise RuntimeError("worker_devices() method unsupported by default mpidist.Strategy.")
+
+    @property
+    def parameter_devices(self):
+        raise RuntimeError("parameter_devices() method unsupported by default mpidist.Strategy.")
+
+    def non_slot_devices(self, var_list):
+        return min(var_list, key=lambda v: v.name)
+
+    def _call_for_each_replica(self, fn, args, kwargs):
+        with ReplicaContext(self._container_strategy(), replica_id_in_sync_group=0):
+            return fn(*args, **kwargs)
+
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        return value
+
+    def _batch_reduce_to(self, reduce_op, pairs, options):
+        return [v for v, _ in pairs]
+
+    def broadcast_to(self, tensor, destinations):
+        if destinations is None:
+            return tensor
+        raise NotImplementedError(
+            "TODO: the default strategy has a single device; call broadcast_to with destinations=None."
+        )
+
+    def _update(self, var, fn, args, kwargs, group):
+        result = fn(var, *args, **kwargs)
+        return result if group else nest.map_structure(lambda x: (x,), result)
+
+    def _local_results(self, value):
+        return (value,)
+
+    def _gather(self, value, axis):
+        return value
+
+    def _distribute_values_from_function(self, value_fn):
+        from mpidist.values.containers import ValueContext  # noqa: PLC0415 - tiny, same layer below
+
+        return value_fn(ValueContext())
+
+    def _create_variable(self, *args, **kwargs):
+        return type.__call__(Variable, *args, **kwargs)
+
+    def variable_created_in_scope(self, v):
+        return not getattr(v, "_is_distributed_variable", False)
+
+    def read_var(self, v):
+        return v.value() if isinstance(v, Variable) else v
+
+
+_DEFAULT = _DefaultDistributionStrategy()
+_DEFAULT_REPLICA_CONTEXT = DefaultReplicaContext(_DEFAULT, replica_id_in_sync_group=0)
+_DEFAULT_MODE = state.Mode(_DEFAULT, cross_replica=None, replica_context=_DEFAULT_REPLICA_CONTEXT,
+                           is_default=True)
+state.register_default_mode(lambda: _DEFAULT_MODE)
+
+
+def get_default_strategy():
+    return _DEFAULT

@@ -1,0 +1,216 @@
+"""MirroredStrategy: synchronous replicas on the devices of one process.
+
+With several local devices each replica runs on its own thread (see replica_threads); with
+one device ``run`` calls the function directly. Variables created in scope get one copy per
+device and follow TF's ON_WRITE / ON_READ aggregation rules.
+"""
+
+from mpidist.backend import device_context, num_gpus
+from mpidist.core import nest, state
+from mpidist.core.devices import DeviceSpec, parse_device
+from mpidist.ops.cross_device_ops import CrossDeviceOps, reduce_non_distributed_value
+from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
+from mpidist.strategies.replica_context import ReplicaContext
+from mpidist.strategies.replica_threads import ReplicaRunner
+from mpidist.strategies.strategy import Strategy, StrategyExtended
+from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
+from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
+from mpidist.values.distributed_variables import MirroredVariable, SyncOnReadVariable
+from mpidist.values.regroup import regroup, select_replica
+from mpidist.values.variables import Variable, _initial_array, as_aggregation, as_synchronization
+
+__all__ = ["MirroredStrategy"]
+
+
+def _default_devices():
+    gpus = num_gpus()
+    if gpus:
+        return [DeviceSpec("GPU", i) for i in range(gpus)]
+    return [DeviceSpec("CPU", 0)]
+
+
+def _check_devices(devices):
+    if isinstance(devices, str):
+        devices = [devices]
+    devices = list(devices)
+    if not devices:
+        raise ValueError("MirroredStrategy needs at least one device, e.g. devices=['/cpu:0'].")
+    specs = [parse_device(d) for d in devices]
+    seen = set()
+    for given, spec in zip(devices, specs):
+        if spec in seen:
+            raise ValueError(f"MirroredStrategy got the device {given!r} twice; list each device once.")
+        seen.add(spec)
+    gpu_indices = [s.device_index for s in specs if s.is_gpu]
+    if gpu_indices:
+        visible = num_gpus()
+        missing = [i for i in gpu_indices if i >= visible]
+        if missing:
+            raise ValueError(
+                f"MirroredStrategy got GPU device(s) {missing} but this process sees {visible} GPU(s); "
+                "check CUDA_VISIBLE_DEVICES or pass existing devices."
+            )
+    return specs
+
+
+class MirroredStrategy(Strategy):
+    """Synchronous training on several devices of one machine (one replica per device).
+
+    Args:
+        devices: Device strings (``"/gpu:0"``, ``"/cpu:1"`` ...); all visible GPUs when None,
+            else ``"/cpu:0"``. Several ``/cpu:N`` entries give N virtual CPU devices.
+        cross_device_ops: The CrossDeviceOps that combines values across devices
+            (ReductionToOneDevice when None).
+    """
+
+    def __init__(self, devices=None, cross_device_ops=None):
+        specs = _default_devices() if devices is None else _check_devices(devices)
+        if cross_device_ops is None:
+            cross_device_ops = ReductionToOneDevice()
+        if not isinstance(cross_device_ops, CrossDeviceOps):
+            raise TypeError(
+                "cross_device_ops must be a mpidist.CrossDeviceOps instance such as "
+                f"mpidist.ReductionToOneDevice(), got {cross_device_ops!r}."
+            )
+        super().__init__(_MirroredExtended(self, specs, cross_device_ops))
+        self._init_args = (devices, cross_device_ops)
+
+    def __deepcopy__(self, memo):
+        return MirroredStrategy(*self._init_args)
+
+
+class _MirroredExtended(StrategyExtended):
+    def __init__(self, container_strategy, devices, cross_device_ops):
+        super().__init__(container_strategy, devices)
+        self._cross_device_ops = cross_device_ops
+        self._runner = ReplicaRunner(container_strategy, self._device_specs, self._make_replica_context)
+
+    def _make_replica_context(self, index):
+        return ReplicaContext(self._container_strategy(), index + self._replica_id_offset())
+
+    # -- run ------------------------------------------------------------------------------
+    def _check_distributed_args(self, args, kwargs):
+        n = len(self._device_specs)
+        for leaf in nest.flatten((args, kwargs)):
+            if isinstance(leaf, DistributedValues) and len(leaf.values) != n:
+                raise ValueError(
+                    f"A {type(leaf).__name__} with {len(leaf.values)} components was passed to a "
+                    f"strategy with {n} local replicas; make one component per replica."
+                )
+
+    def _call_for_each_replica(self, fn, args, kwargs):
+        self._check_distributed_args(args, kwargs)
+        if len(self._device_specs) == 1:
+            device = self._device_specs[0]
+            ctx = self._make_replica_context(0)
+            with ctx, state.device_scope(device), device_context(device):
+                results = [fn(*select_replica(0, args), **select_replica(0, kwargs))]
+        else:
+            results = self._runner.run(fn, args, kwargs)
+        return regroup(tuple(results), PerReplica, self._device_specs)
+
+    # -- reductions -----------------------------------------------------------------------
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        if isinstance(value, SyncOnReadVariable):
+            value = PerReplica([c._value for c in value.values], value.devices)
+        if isinstance(value, (Mirrored, MirroredVariable)):
+            if reduce_op is ReduceOp.MEAN:
+                return value
+            raise AssertionError(
+                f"Cannot reduce a {type(value).__name__} with SUM: its components are copies of one "
+                "value, so the sum would count it once per replica. Use MEAN, or multiply by "
+                "strategy.num_replicas_in_sync."
+            )
+        if not isinstance(value, DistributedValues):
+            return reduce_non_distributed_value(reduce_op, value, destinations, self._num_replicas_in_sync)
+        return self._cross_device_ops.reduce(reduce_op, value, destinations, options)
+
+    def _batch_reduce_to(self, reduce_op, pairs, options):
+        plain = [isinstance(v, DistributedValues) and not isinstance(v, (Mirrored, MirroredVariable))
+                 for v, _ in pairs]
+        if all(plain):
+            pairs = [(PerReplica([c._value for c in v.values], v.devices)
+                      if isinstance(v, SyncOnReadVariable) else v, d) for v, d in pairs]
+            return self._cross_device_ops.batch_reduce(reduce_op, pairs, options)
+        return [self._reduce_to(reduce_op, v, d, options) for v, d in pairs]
+
+    def _broadcast_to(self, tensor, destinations):
+        return self._cross_device_ops.broadcast(tensor, destinations)
+
+    def _gather(self, value, axis):
+        if isinstance(value, SyncOnReadVariable):
+            value = PerReplica([c._value for c in value.values], value.devices)
+        if not isinstance(value, DistributedValues):
+            return value
+        device = state.current_device() or self._host_device()
+        return self._cross_device_ops._gather(value, str(device), axis)
+
+    def _all_reduce_leaves(self, reduce_op, per_leaf, options):
+        return self.batch_reduce_to(reduce_op, [(v, v) for v in per_leaf], options)
+
+    def _all_gather_leaves(self, per_leaf, axis, options):
+        return [self._cross_device_ops._gather(v, v, axis, options) for v in per_leaf]
+
+    # -- updates --------------------------------------------------------------------------
+    def _update(self, var, fn, args, kwargs, group):
+        if not isinstance(var, DistributedValues):
+            result = fn(var, *args, **kwargs)
+            return result if group else nest.map_structure(lambda x: (x,), result)
+        results = []
+        for i, (component, device) in enumerate(zip(var.values, var.devices or self._device_specs)):
+            with state.device_scope(device), device_context(device):
+                results.append(fn(component, *select_replica(i, args), **select_replica(i, kwargs)))
+        regrouped = regroup(tuple(results), Mirrored, var.devices)
+        if group:
+            return regrouped
+        return nest.map_structure(self._local_results, regrouped)
+
+    # -- variables ------------------------------------------------------------------------
+    def _create_variable(self, initial_value=None, trainable=None, name=None, dtype=None,
+                         synchronization=VariableSynchronization.AUTO,
+                         aggregation=VariableAggregation.NONE, shape=None, device=None):
+        mode = state.current_mode()
+        if mode.replica_context is not None and len(self._device_specs) > 1:
+            # Every replica asks; the variable is created once, from replica 0's arguments.
+            def create(strategy, initial):
+                first = initial.values[0] if isinstance(initial, PerReplica) else initial
+                return self._create_variable(first, trainable, name, dtype, synchronization,
+                                             aggregation, shape)
+
+            return mode.replica_context.merge_call(create, args=(initial_value,))
+        synchronization = as_synchronization(synchronization)
+        aggregation = as_aggregation(aggregation)
+        base = name if name is not None else "Variable"
+        if synchronization is VariableSynchronization.NONE:
+            raise ValueError(
+                "`NONE` variable synchronization mode is not supported with mpidist.Strategy. "
+                f"Please change the `synchronization` for variable: {base}"
+            )
+        if synchronization is VariableSynchronization.AUTO:
+            synchronization = VariableSynchronization.ON_WRITE
+        with state.device_scope(self._device_specs[0]):
+            initial = _initial_array(initial_value, dtype, shape)
+        if aggregation is VariableAggregation.MEAN and initial.dtype.kind not in "fc":
+            raise ValueError(
+                "creating distributed mpidist.Variable with aggregation=MEAN and a non-floating dtype "
+                f"({initial.dtype}) is not supported, please use a different aggregation or dtype"
+            )
+        if trainable is None:
+            trainable = synchronization is not VariableSynchronization.ON_READ
+        colocate_with = state.colocation()
+        devices = colocate_with.devices if isinstance(colocate_with, DistributedValues) and \
+            colocate_with.devices else self._device_specs
+        components = []
+        for i, device in enumerate(devices):
+            components.append(type.__call__(
+                Variable, initial, trainable=trainable,
+                name=base if i == 0 else f"{base}/replica_{i}",
+                synchronization=synchronization, aggregation=aggregation, device=device))
+        cls = SyncOnReadVariable if synchronization is VariableSynchronization.ON_READ else MirroredVariable
+        return cls(self._container_strategy(), components, aggregation)
+
+    def read_var(self, v):
+        if isinstance(v, Variable):
+            with self._container_strategy().scope():
+                return v.value()
+        return v

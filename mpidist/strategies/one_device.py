@@ -1,0 +1,71 @@
+"""OneDeviceStrategy: one replica on one named device."""
+
+from mpidist.backend import device_context
+from mpidist.core import nest, state
+from mpidist.core.devices import parse_device
+from mpidist.strategies.replica_context import ReplicaContext
+from mpidist.strategies.strategy import Strategy, StrategyExtended
+from mpidist.values.containers import ValueContext
+from mpidist.values.regroup import select_replica
+from mpidist.values.variables import Variable
+
+__all__ = ["OneDeviceStrategy"]
+
+
+class OneDeviceStrategy(Strategy):
+    """Runs everything on ``device`` (e.g. ``"/gpu:0"`` or ``"/cpu:0"``) with one replica.
+
+    Variables created in its scope are plain Variables placed on the device.
+    """
+
+    def __init__(self, device):
+        spec = parse_device(device)
+        super().__init__(_OneDeviceExtended(self, spec))
+        self._device_arg = device
+
+    def __deepcopy__(self, memo):
+        return OneDeviceStrategy(self._device_arg)
+
+
+class _OneDeviceExtended(StrategyExtended):
+    def __init__(self, container_strategy, device):
+        super().__init__(container_strategy, devices=(device,))
+        self._device = device
+
+    def _call_for_each_replica(self, fn, args, kwargs):
+        args, kwargs = select_replica(0, args), select_replica(0, kwargs)
+        with ReplicaContext(self._container_strategy(), 0), state.device_scope(self._device), \
+                device_context(self._device):
+            return fn(*args, **kwargs)
+
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        return value
+
+    def _batch_reduce_to(self, reduce_op, pairs, options):
+        return [v for v, _ in pairs]
+
+    def _broadcast_to(self, tensor, destinations):
+        return tensor
+
+    def _update(self, var, fn, args, kwargs, group):
+        with state.device_scope(self._device):
+            result = fn(var, *args, **kwargs)
+        return result if group else nest.map_structure(lambda x: (x,), result)
+
+    def _local_results(self, value):
+        return (value,)
+
+    def _gather(self, value, axis):
+        return value
+
+    def _distribute_values_from_function(self, value_fn):
+        return value_fn(ValueContext())
+
+    def _create_variable(self, *args, **kwargs):
+        kwargs["device"] = self._device
+        v = type.__call__(Variable, *args, **kwargs)
+        v._distribute_strategy = self._container_strategy()
+        return v
+
+    def _host_device(self):
+        return self._device if self._device.is_cpu else super()._host_device()

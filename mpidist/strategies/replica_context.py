@@ -1,0 +1,156 @@
+"""ReplicaContext: what the function given to ``strategy.run`` sees of its replica."""
+
+import numpy as np
+
+from mpidist.backend import as_array
+from mpidist.core import nest, state
+from mpidist.strategies.context import require_replica_context
+from mpidist.types import as_reduce_op
+from mpidist.values.containers import PerReplica
+
+__all__ = ["ReplicaContext"]
+
+
+class _Contribution:
+    """One replica's flattened argument to a collective; a distinct object per replica, so
+    that regrouping never mistakes equal contributions for one shared value."""
+
+    __slots__ = ("flat",)
+
+    def __init__(self, flat):
+        self.flat = flat
+
+
+def _contributions(boxes):
+    return boxes.values if isinstance(boxes, PerReplica) else (boxes,)
+
+
+class ReplicaContext:
+    """The context of one replica inside ``strategy.run``.
+
+    Args:
+        strategy: The strategy running the replica.
+        replica_id_in_sync_group: This replica's id among all replicas in sync (an int).
+    """
+
+    def __init__(self, strategy, replica_id_in_sync_group):
+        rid = replica_id_in_sync_group
+        if isinstance(rid, np.ndarray) and rid.ndim == 0 and rid.dtype.kind in "iu":
+            rid = int(rid)
+        if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (int, np.integer))):
+            raise ValueError(
+                "replica_id_in_sync_group can only be an integer, a Tensor or None; got "
+                f"{type(replica_id_in_sync_group).__name__} {replica_id_in_sync_group!r}."
+            )
+        self._strategy = strategy
+        self._replica_id = None if rid is None else int(rid)
+        self._local_replica_id = self._replica_id or 0
+        self._coordinator = None  # set by a multi-replica runner: it performs merge_calls
+
+    def __enter__(self):
+        self._mode = state.Mode(self._strategy, None, self,
+                                is_default=self._strategy is not None and self._strategy._is_default)
+        state.push_mode(self._mode)
+        return self
+
+    def __exit__(self, *exc):
+        state.pop_mode(self._mode)
+        return False
+
+    @property
+    def strategy(self):
+        return self._strategy
+
+    @property
+    def num_replicas_in_sync(self):
+        return self._strategy.num_replicas_in_sync
+
+    @property
+    def replica_id_in_sync_group(self):
+        """This replica's id, an int32 scalar array (the default replica context gives int 0)."""
+        return np.int32(self._replica_id)
+
+    @property
+    def devices(self):
+        return (self._strategy.extended.worker_devices[self._local_replica_id],)
+
+    def merge_call(self, merge_fn, args=(), kwargs=None):
+        """Run ``merge_fn(strategy, *args, **kwargs)`` once, in cross-replica context.
+
+        Every replica must call it. Arguments that differ between replicas arrive as PerReplica
+        values; the return value is handed back to each replica with distributed values
+        replaced by that replica's component.
+        """
+        require_replica_context(self)
+        kwargs = {} if kwargs is None else kwargs
+        if self._coordinator is not None:
+            return self._coordinator.merge_call(self._local_replica_id, merge_fn, args, kwargs)
+        return self._merge_call_here(merge_fn, args, kwargs)
+
+    def _merge_call_here(self, merge_fn, args, kwargs):
+        strategy = self._strategy
+        mode = state.Mode(strategy, cross_replica=strategy.extended,
+                          is_default=strategy._is_default)
+        state.push_mode(mode)
+        try:
+            return merge_fn(strategy, *args, **kwargs)
+        finally:
+            state.pop_mode(mode)
+
+    def _is_single_replica(self):
+        return self._strategy.num_replicas_in_sync == 1
+
+    def all_reduce(self, reduce_op, value, options=None):
+        """Reduce ``value`` (a nest of arrays) across all replicas; every replica gets the result.
+
+        Integer MEAN gives float64, as true division does.
+        """
+        reduce_op = as_reduce_op(reduce_op)
+        require_replica_context(self)
+        if self._is_single_replica():
+            return value
+        flat = [as_array(v) for v in nest.flatten(value)]
+        if not flat:
+            return value
+
+        def merge_fn(strategy, boxes):
+            contributions = _contributions(boxes)
+            per_leaf = [PerReplica([c.flat[k] for c in contributions], strategy.extended._device_specs)
+                        if len(contributions) > 1 else contributions[0].flat[k]
+                        for k in range(len(flat))]
+            return strategy.extended._all_reduce_leaves(reduce_op, per_leaf, options)
+
+        reduced = self.merge_call(merge_fn, args=(_Contribution(flat),))
+        return nest.pack_sequence_as(value, reduced)
+
+    def all_gather(self, value, axis, options=None):
+        """Concatenate ``value`` (a nest of arrays) from all replicas along ``axis``, in replica
+        order; sizes along ``axis`` may differ. Every replica gets the full result."""
+        require_replica_context(self)
+        flat = [as_array(v) for v in nest.flatten(value)]
+        for a in flat:
+            if a.ndim == 0:
+                raise ValueError(
+                    "all_gather does not support scalars: give each replica a value with at least "
+                    "one dimension (e.g. np.reshape(x, [1]))."
+                )
+        if self._is_single_replica():
+            return value
+
+        def merge_fn(strategy, boxes):
+            contributions = _contributions(boxes)
+            per_leaf = [PerReplica([c.flat[k] for c in contributions], strategy.extended._device_specs)
+                        if len(contributions) > 1 else contributions[0].flat[k]
+                        for k in range(len(flat))]
+            return strategy.extended._all_gather_leaves(per_leaf, axis, options)
+
+        gathered = self.merge_call(merge_fn, args=(_Contribution(flat),))
+        return nest.pack_sequence_as(value, gathered)
+
+
+class DefaultReplicaContext(ReplicaContext):
+    """The replica context in effect where no strategy is active: replica 0 of 1."""
+
+    @property
+    def replica_id_in_sync_group(self):
+        return 0

@@ -1,0 +1,192 @@
+"""Running one Python thread per local replica, and coordinating their merge_calls.
+
+Each replica runs ``fn`` on its own persistent thread, in its own replica context and device.
+When a replica calls ``merge_call`` it parks; once every replica has parked, the calling
+(main) thread runs ``merge_fn`` once in cross-replica context with the replicas' arguments
+regrouped, hands each replica its part of the result, and lets them all continue.
+
+If a replica raises, or the replicas disagree on how many merge_calls they make, the others
+are unwound and the first error (in replica order) is raised on the calling thread, with a
+note naming the replica and device.
+"""
+
+import queue
+import threading
+
+from mpidist.backend import device_context
+from mpidist.core import state
+from mpidist.values.containers import PerReplica
+from mpidist.values.regroup import regroup, select_replica
+
+__all__ = ["ReplicaRunner"]
+
+
+class _Unwind(BaseException):
+    """Delivered to a parked replica to end it because another replica failed."""
+
+
+class _Worker:
+    """A daemon thread that runs the jobs put in its queue, one at a time."""
+
+    def __init__(self, name):
+        self.jobs = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            job()
+
+
+# Replica states during one run.
+_RUNNING, _PARKED, _RESUMED, _DONE, _FAILED, _UNWINDING, _UNWOUND = range(7)
+
+
+class _Run:
+    """The shared state of one ``run`` across its replica threads."""
+
+    def __init__(self, n):
+        self.cond = threading.Condition()
+        self.status = [_RUNNING] * n
+        self.requests = [None] * n
+        self.merge_results = [None] * n
+        self.results = [None] * n
+        self.errors = [None] * n
+
+
+class ReplicaRunner:
+    """Runs functions on one thread per replica for a strategy with several local devices."""
+
+    def __init__(self, strategy, devices, make_replica_context):
+        self._strategy = strategy
+        self._devices = tuple(devices)
+        self._make_replica_context = make_replica_context
+        self._workers = None
+        self._lock = threading.Lock()  # one run at a time per strategy
+        self._run = None
+
+    def _ensure_workers(self):
+        if self._workers is None:
+            self._workers = [_Worker(f"mpidist-replica-{i}") for i in range(len(self._devices))]
+
+    def __del__(self):
+        for worker in self._workers or ():
+            worker.jobs.put(None)
+
+    def run(self, fn, args, kwargs):
+        """Call ``fn`` on every replica; returns the list of per-replica results."""
+        with self._lock:
+            self._ensure_workers()
+            run = _Run(len(self._devices))
+            self._run = run
+            try:
+                for i, worker in enumerate(self._workers):
+                    worker.jobs.put(self._job(run, i, fn, args, kwargs))
+                self._coordinate(run)
+                return list(run.results)
+            finally:
+                self._run = None
+
+    def _job(self, run, i, fn, args, kwargs):
+        device = self._devices[i]
+
+        def job():
+            ctx = self._make_replica_context(i)
+            ctx._coordinator = self
+            outcome, value = _DONE, None
+            try:
+                with ctx, state.device_scope(device), device_context(device):
+                    value = fn(*select_replica(i, args), **select_replica(i, kwargs))
+            except _Unwind:
+                outcome = _UNWOUND
+            except BaseException as exc:  # reported on the calling thread
+                outcome, value = _FAILED, exc
+            with run.cond:
+                if outcome == _FAILED:
+                    run.errors[i] = value
+                elif outcome == _DONE:
+                    run.results[i] = value
+                run.status[i] = outcome
+                run.cond.notify_all()
+
+        return job
+
+    # -- called on replica threads ----------------------------------------------------------
+    def merge_call(self, replica_index, merge_fn, args, kwargs):
+        run = self._run
+        with run.cond:
+            run.requests[replica_index] = (merge_fn, args, kwargs)
+            run.status[replica_index] = _PARKED
+            run.cond.notify_all()
+            run.cond.wait_for(lambda: run.status[replica_index] != _PARKED)
+            if run.status[replica_index] == _UNWINDING:
+                raise _Unwind()
+            run.status[replica_index] = _RUNNING
+            result = run.merge_results[replica_index]
+            run.merge_results[replica_index] = None
+            return result
+
+    # -- called on the calling thread -------------------------------------------------------
+    def _coordinate(self, run):
+        n = len(self._devices)
+        while True:
+            with run.cond:
+                run.cond.wait_for(lambda: all(s in (_PARKED, _DONE, _FAILED) for s in run.status))
+                parked = [i for i in range(n) if run.status[i] == _PARKED]
+                if not parked:
+                    self._raise_first_error(run)
+                    return
+                if len(parked) < n:
+                    failed = [i for i in range(n) if run.status[i] == _FAILED]
+                    error = None if failed else RuntimeError(
+                        "Some replicas made a different number of replica_context().merge_call() "
+                        f"calls: replicas {parked} are waiting in merge_call while replicas "
+                        f"{[i for i in range(n) if i not in parked]} have returned. Make every "
+                        "replica take the same path through merge_call / all_reduce / "
+                        "optimizer updates."
+                    )
+                    self._unwind(run, parked)
+                    if error is not None:
+                        raise error
+                    self._raise_first_error(run)
+                requests = list(run.requests)
+            try:
+                merged = self._merge(requests)
+            except BaseException:
+                with run.cond:
+                    self._unwind(run, list(range(n)))
+                raise
+            with run.cond:
+                for i in range(n):
+                    run.merge_results[i] = select_replica(i, merged)
+                    run.status[i] = _RESUMED
+                run.cond.notify_all()
+
+    def _merge(self, requests):
+        strategy = self._strategy
+        merge_fn = requests[0][0]
+        args = regroup(tuple(r[1] for r in requests), PerReplica, self._devices)
+        kwargs = regroup(tuple(r[2] for r in requests), PerReplica, self._devices)
+        mode = state.Mode(strategy, cross_replica=strategy.extended)
+        state.push_mode(mode)
+        try:
+            return merge_fn(strategy, *args, **kwargs)
+        finally:
+            state.pop_mode(mode)
+
+    def _unwind(self, run, parked):
+        """End the parked replicas and wait until every replica has finished (lock held)."""
+        for i in parked:
+            if run.status[i] == _PARKED:
+                run.status[i] = _UNWINDING
+        run.cond.notify_all()
+        run.cond.wait_for(lambda: all(s in (_DONE, _FAILED, _UNWOUND) for s in run.status))
+
+    def _raise_first_error(self, run):
+        for i, error in enumerate(run.errors):
+            if error is not None:
+                error.add_note(f"(raised on replica {i}, device {self._devices[i]})")
+                raise error

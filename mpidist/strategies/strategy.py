@@ -1,0 +1,391 @@
+"""Strategy and StrategyExtended: the public API every strategy shares.
+
+Public methods check the context and validate arguments, then call the underscore hooks that
+each concrete strategy's extended object implements (``_call_for_each_replica``, ``_reduce_to``,
+``_broadcast_to``, ``_update``, ``_create_variable``, ``_local_results`` ...).
+"""
+
+import contextlib
+import operator
+
+import numpy as np
+
+from mpidist.backend import as_array
+from mpidist.core import nest, state
+from mpidist.core.devices import DeviceSpec
+from mpidist.strategies.context import (
+    get_replica_context,
+    has_strategy,
+    require_cross_replica_or_default,
+    wrong_strategy_scope,
+)
+from mpidist.types import ReduceOp, VariableAggregation, as_reduce_op
+from mpidist.values.containers import DistributedValues, PerReplica, ValueContext
+from mpidist.values.regroup import select_local
+from mpidist.values.variables import Variable
+
+__all__ = ["Strategy", "StrategyExtended"]
+
+
+class _StrategyScope:
+    """``with strategy.scope():`` — enters the strategy's cross-replica context."""
+
+    def __init__(self, strategy):
+        self._strategy = strategy
+        self._mode = None
+        self._same_scope_again = 0
+
+    def __enter__(self):
+        strategy = self._strategy
+        if has_strategy():
+            require_cross_replica_or_default(strategy.extended)
+            self._same_scope_again += 1
+        else:
+            self._mode = state.Mode(strategy, cross_replica=strategy.extended)
+            state.push_mode(self._mode)
+        return strategy
+
+    def __exit__(self, *exc):
+        if self._same_scope_again:
+            self._same_scope_again -= 1
+        else:
+            state.pop_mode(self._mode)
+        return False
+
+    def _enter_global(self):
+        self._mode = state.Mode(self._strategy, cross_replica=self._strategy.extended)
+        state.set_global_mode(self._mode)
+
+    def _exit_global(self):
+        state.set_global_mode(None)
+
+
+def _normalize_axis(axis):
+    if isinstance(axis, (bool, np.bool_)):
+        raise TypeError(f"Expected `axis` to be an integer or a tuple of integers, not: {axis!r}")
+    if isinstance(axis, (int, np.integer)):
+        return (int(axis),)
+    if isinstance(axis, tuple) and all(isinstance(a, (int, np.integer)) and not isinstance(a, bool)
+                                       for a in axis):
+        return tuple(int(a) for a in axis)
+    if isinstance(axis, list):
+        raise TypeError(
+            f"Expected `axis` to be an integer or a tuple of integers, not the list {axis!r}: "
+            f"pass axis={tuple(axis)!r}."
+        )
+    raise TypeError(f"Expected `axis` to be an integer or a tuple of integers, not: {axis!r}")
+
+
+def _check_axes(axes, ndim):
+    """``axes`` made non-negative; ValueError for an axis outside [-ndim, ndim)."""
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(
+                f"Invalid reduction dimension {a} for input with {ndim} dimensions: axis must be "
+                f"in [{-ndim}, {ndim})."
+            )
+    return tuple(a % ndim for a in axes)
+
+
+class Strategy:
+    """A way of running a computation on several replicas (the ``tf.distribute.Strategy`` API)."""
+
+    _is_default = False
+
+    def __init__(self, extended):
+        self._extended = extended
+
+    @property
+    def extended(self):
+        """The StrategyExtended with the lower-level API."""
+        return self._extended
+
+    @property
+    def num_replicas_in_sync(self):
+        """How many replicas take part in each step, over all workers."""
+        return self._extended._num_replicas_in_sync
+
+    @property
+    def cluster_resolver(self):
+        return self._extended._cluster_resolver
+
+    def scope(self):
+        """Context manager making this strategy current (variables created in it are distributed)."""
+        return _StrategyScope(self)
+
+    def __copy__(self):
+        raise RuntimeError("Must only deepcopy DistributionStrategy.")
+
+    # -- running ------------------------------------------------------------------------
+    def run(self, fn, args=(), kwargs=None, options=None):
+        """Call ``fn`` once per replica and merge the results.
+
+        Distributed values in ``args`` / ``kwargs`` (other than variables) are replaced by the
+        replica's component. Results that are the identical object on every replica come back
+        unwrapped; others come back as PerReplica values.
+        """
+        if not isinstance(args, (list, tuple)):
+            raise ValueError(f"positional args must be a list or tuple, got {type(args)}")
+        kwargs = {} if kwargs is None else kwargs
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"kwargs must be a dict, got {type(kwargs)}")
+        with self.scope():
+            return self._extended._call_for_each_replica(fn, tuple(args), kwargs)
+
+    def reduce(self, reduce_op, value, axis=None):
+        """Reduce ``value`` across replicas (and within each along ``axis``) to an array on the host.
+
+        Args:
+            reduce_op: ``ReduceOp.SUM`` / ``MEAN`` or a string naming one, any case.
+            value: A PerReplica / distributed value, or a plain value.
+            axis: None (element-wise across replicas), an int or a tuple of ints: these
+                dimensions are reduced too. MEAN then divides by the true global element count,
+                so unequal per-replica batches are averaged correctly.
+        """
+        require_cross_replica_or_default(self._extended)
+        reduce_op = as_reduce_op(reduce_op)
+        if axis is None:
+            return self._extended._reduce(reduce_op, value)
+        axes = _normalize_axis(axis)
+        if reduce_op is ReduceOp.SUM:
+            def local_sum(v):
+                arr = as_array(v)
+                return np.array(arr.sum(axis=_check_axes(axes, arr.ndim)))
+
+            return self._extended._reduce(ReduceOp.SUM, self.run(local_sum, args=(value,)))
+
+        def local_sum_and_count(v):
+            arr = as_array(v)
+            dims = _check_axes(axes, arr.ndim)
+            count = 1
+            for d in dims:
+                count *= arr.shape[d]
+            return np.array(arr.sum(axis=dims)), np.array(count, dtype=np.int64)
+
+        numer, denom = self.run(local_sum_and_count, args=(value,))
+        numer = as_array(self._extended._reduce(ReduceOp.SUM, numer))
+        denom = as_array(self._extended._reduce(ReduceOp.SUM, denom))
+        return numer / denom.astype(numer.dtype)
+
+    def gather(self, value, axis):
+        """Concatenate the replicas' components of ``value`` along ``axis``, in replica order.
+
+        Components may differ in size along ``axis`` only. Non-distributed values come back
+        unchanged. Cross-replica context only.
+        """
+        mode = state.current_mode()
+        if mode.replica_context is not None and mode is not state.default_mode():
+            raise RuntimeError(
+                "mpidist.Strategy.gather method requires cross-replica context, use "
+                "get_replica_context().all_gather() instead"
+            )
+        require_cross_replica_or_default(self._extended)
+        axis = operator.index(axis)
+        return nest.map_structure(lambda v: self._extended._gather(v, axis), value)
+
+    def experimental_local_results(self, value):
+        """The components of ``value`` on this worker's devices, as a tuple."""
+        return self._extended._local_results(value)
+
+    def experimental_distribute_values_from_function(self, value_fn):
+        """A PerReplica of ``value_fn(ValueContext(replica_id, num_replicas))`` for each local
+        replica, called in replica order on the calling thread."""
+        return self._extended._distribute_values_from_function(value_fn)
+
+    def __repr__(self):
+        return f"<{type(self).__module__}.{type(self).__name__} object at {id(self):#x}>"
+
+
+class StrategyExtended:
+    """The lower-level API of a strategy (``strategy.extended``)."""
+
+    def __init__(self, container_strategy, devices):
+        self._container_strategy_ref = container_strategy
+        self._device_specs = tuple(devices)
+        self._cluster_resolver = None
+
+    def _container_strategy(self):
+        return self._container_strategy_ref
+
+    @property
+    def _num_replicas_in_sync(self):
+        return len(self._device_specs)
+
+    # -- devices and roles ----------------------------------------------------------------
+    @property
+    def worker_devices(self):
+        """This worker's replica devices, fully qualified."""
+        return tuple(str(d) for d in self._device_specs)
+
+    @property
+    def parameter_devices(self):
+        """The devices variables are placed on."""
+        return self.worker_devices
+
+    @property
+    def should_checkpoint(self):
+        return True
+
+    @property
+    def should_save_summary(self):
+        return True
+
+    @property
+    def experimental_should_init(self):
+        return True
+
+    @property
+    def experimental_between_graph(self):
+        return False
+
+    def non_slot_devices(self, var_list):
+        return self.worker_devices
+
+    # -- cross-replica operations ---------------------------------------------------------
+    def reduce_to(self, reduce_op, value, destinations, options=None):
+        """Reduce ``value`` to ``destinations`` (a distributed value, variable, array or device
+        string). Returns an array for one destination device, else a Mirrored."""
+        require_cross_replica_or_default(self)
+        if isinstance(reduce_op, VariableAggregation):
+            raise AssertionError(
+                f"reduce_to takes a ReduceOp, not {reduce_op}; convert it with "
+                "mpidist.ReduceOp.from_variable_aggregation(...)."
+            )
+        reduce_op = as_reduce_op(reduce_op)
+        if isinstance(destinations, (list, tuple)):
+            raise AssertionError(
+                "destinations must be a single distributed value, variable, array or device string, "
+                f"not a {type(destinations).__name__}."
+            )
+        return self._reduce_to(reduce_op, value, destinations, options)
+
+    def batch_reduce_to(self, reduce_op, value_destination_pairs, options=None):
+        """``reduce_to`` for each ``(value, destinations)`` tuple; returns a list of results."""
+        require_cross_replica_or_default(self)
+        if isinstance(reduce_op, VariableAggregation):
+            raise AssertionError(
+                f"batch_reduce_to takes a ReduceOp, not {reduce_op}; convert it with "
+                "mpidist.ReduceOp.from_variable_aggregation(...)."
+            )
+        reduce_op = as_reduce_op(reduce_op)
+        pairs = list(value_destination_pairs)
+        for pair in pairs:
+            if not isinstance(pair, tuple):
+                raise ValueError(
+                    "Each element of `value_destination_pairs` should be a tuple (value, "
+                    f"destinations); got {type(pair).__name__} {pair!r}."
+                )
+            if len(pair) != 2:
+                raise ValueError(
+                    "Each element of `value_destination_pairs` should be a tuple of size 2; got a "
+                    f"tuple of size {len(pair)}."
+                )
+        return self._batch_reduce_to(reduce_op, pairs, options)
+
+    def _batch_reduce_to(self, reduce_op, pairs, options):
+        return [self._reduce_to(reduce_op, v, d, options) for v, d in pairs]
+
+    def broadcast_to(self, tensor, destinations):
+        """Copy ``tensor`` to every device of ``destinations``."""
+        require_cross_replica_or_default(self)
+        if destinations is None:
+            raise AssertionError("broadcast_to needs destinations: a distributed value, variable or device string.")
+        if isinstance(destinations, (list, tuple)):
+            raise AssertionError(
+                "destinations must be a single distributed value, variable, array or device string, "
+                f"not a {type(destinations).__name__}."
+            )
+        if isinstance(tensor, (int, float)) and not isinstance(tensor, bool):
+            return tensor
+        return self._broadcast_to(tensor, destinations)
+
+    def _reduce(self, reduce_op, value):
+        device = state.current_device() or self._host_device()
+        result = self.reduce_to(reduce_op, value, str(device))
+        result = self._local_results(result)[0]
+        if isinstance(result, Variable):
+            return result.value()
+        return result
+
+    def _host_device(self):
+        return DeviceSpec("CPU", 0)
+
+    def update(self, var, fn, args=(), kwargs=None, group=True):
+        """Run ``fn(component, *args, **kwargs)`` on each component of ``var``.
+
+        In replica context this merge_calls first. Distributed arguments are unwrapped per
+        component. With ``group`` the results are regrouped (a Mirrored of arrays), else
+        returned per component.
+        """
+        kwargs = {} if kwargs is None else kwargs
+        replica_ctx = get_replica_context()
+        if replica_ctx is not None and state.current_mode() is not state.default_mode() \
+                and not replica_ctx.strategy._is_default:
+            def merge_fn(strategy, *a, **k):
+                return strategy.extended.update(var, fn, a, k, group)
+
+            return replica_ctx.merge_call(merge_fn, args=args, kwargs=kwargs)
+        with self._container_strategy().scope():
+            return self._update(var, fn, tuple(args), kwargs, group)
+
+    def call_for_each_replica(self, fn, args=(), kwargs=None):
+        """``run`` without the argument-type check."""
+        require_cross_replica_or_default(self)
+        kwargs = {} if kwargs is None else kwargs
+        with self._container_strategy().scope():
+            return self._call_for_each_replica(fn, tuple(args), kwargs)
+
+    # -- variables ------------------------------------------------------------------------
+    def colocate_vars_with(self, colocate_with_variable):
+        """Context manager: variables created in it get ``colocate_with_variable``'s devices."""
+        strategy = self._container_strategy()
+        mode = state.current_mode()
+        if mode.strategy is not strategy:
+            wrong_strategy_scope(strategy, mode)
+        if not isinstance(colocate_with_variable, Variable):
+            raise ValueError(
+                "`colocate_vars_with` must only be passed a variable created in this "
+                f"mpidist.Strategy.scope(), not: {colocate_with_variable!r}"
+            )
+        if not self.variable_created_in_scope(colocate_with_variable):
+            raise ValueError(
+                "`colocate_vars_with` must only be passed a variable created in this "
+                f"mpidist.Strategy.scope(), not {colocate_with_variable!r} created in scope: "
+                f"{colocate_with_variable._distribute_strategy}"
+            )
+        return state.colocation_scope(colocate_with_variable)
+
+    def variable_created_in_scope(self, v):
+        """Whether ``v`` was created in this strategy's scope."""
+        return getattr(v, "_distribute_strategy", None) is self._container_strategy()
+
+    def value_container(self, value):
+        """The distributed variable ``value`` is a component of, else ``value`` itself."""
+        getter = getattr(value, "_distributed_container", None)
+        container = getter() if callable(getter) else None
+        return container if container is not None else value
+
+    def read_var(self, v):
+        """The cross-replica value of ``v``: aggregated for SyncOnRead, else the current copy."""
+        if isinstance(v, Variable):
+            with self._container_strategy().scope() if state.current_mode().is_default else contextlib.nullcontext():
+                return v.value()
+        return v
+
+    # -- shared helpers -------------------------------------------------------------------
+    def _local_results(self, value):
+        if isinstance(value, DistributedValues):
+            return value.values
+        if nest.is_nested(value) and any(isinstance(x, DistributedValues) for x in nest.flatten(value)):
+            return tuple(select_local(i, value) for i in range(len(self._device_specs)))
+        return (value,)
+
+    def _distribute_values_from_function(self, value_fn):
+        n = self._num_replicas_in_sync
+        values = []
+        for i in range(len(self._device_specs)):
+            values.append(value_fn(ValueContext(self._replica_id_offset() + i, n)))
+        return PerReplica(values, self._device_specs)
+
+    def _replica_id_offset(self):
+        return 0

@@ -1,0 +1,75 @@
+"""Enums shared by every layer: reduction operators and variable policies."""
+
+import enum
+
+__all__ = ["ReduceOp", "VariableAggregation", "VariableSynchronization"]
+
+
+class ReduceOp(enum.Enum):
+    """How values from several replicas are combined.
+
+    ``ReduceOp("sum")`` and ``ReduceOp("Mean")`` work: strings are matched case-insensitively.
+    """
+
+    SUM = "SUM"
+    MEAN = "MEAN"
+
+    @classmethod
+    def _missing_(cls, value):
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]
+        return None
+
+    @classmethod
+    def from_variable_aggregation(cls, aggregation):
+        """The ReduceOp that implements ``aggregation`` (SUM or MEAN); ValueError otherwise."""
+        aggregation = VariableAggregation(aggregation)
+        if aggregation is VariableAggregation.SUM:
+            return cls.SUM
+        if aggregation is VariableAggregation.MEAN:
+            return cls.MEAN
+        raise ValueError(
+            f"Could not convert from `mpidist.VariableAggregation` {aggregation} to "
+            "`mpidist.ReduceOp` type: only SUM and MEAN aggregations are reductions. "
+            "Create the variable with aggregation=SUM or MEAN to read it in cross-replica context."
+        )
+
+
+def as_reduce_op(reduce_op):
+    """Convert a ReduceOp or a string such as ``"sum"`` to a ReduceOp.
+
+    Raises:
+        ValueError: ``reduce_op`` is a string naming no ReduceOp (``'MAX' is not a valid ReduceOp``).
+        TypeError: ``reduce_op`` is neither a ReduceOp nor a string.
+    """
+    if isinstance(reduce_op, ReduceOp):
+        return reduce_op
+    if isinstance(reduce_op, str):
+        try:
+            return ReduceOp(reduce_op.upper())
+        except ValueError:
+            raise ValueError(
+                f"{reduce_op.upper()!r} is not a valid ReduceOp; use one of "
+                f"{[m.value for m in ReduceOp]} (any case) or mpidist.ReduceOp.SUM / MEAN."
+            ) from None
+    raise TypeError(
+        f"Expected `reduce_op` to be a `mpidist.ReduceOp` or a string, not: {reduce_op!r}"
+    )
+
+
+class VariableSynchronization(enum.Enum):
+    """When a distributed variable's copies are brought into agreement."""
+
+    AUTO = 0
+    NONE = 1
+    ON_WRITE = 2
+    ON_READ = 3
+
+
+class VariableAggregation(enum.Enum):
+    """How per-replica updates (ON_WRITE) or per-replica values (ON_READ) are combined."""
+
+    NONE = 0
+    SUM = 1
+    MEAN = 2
+    ONLY_FIRST_REPLICA = 3

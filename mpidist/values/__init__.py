@@ -1,0 +1,1 @@
+"""Layer 3: distributed values (PerReplica, Mirrored) and variables."""

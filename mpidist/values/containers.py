@@ -1,0 +1,150 @@
+"""DistributedValues and its two plain kinds: PerReplica (unsynchronised) and Mirrored (equal
+on every replica).
+
+These are explicit containers, one component per local replica, in replica order. A PerReplica
+has no arithmetic: use it inside ``strategy.run`` (which hands each replica its component) or
+reduce it. A Mirrored behaves like its component on the current device (else the primary), as
+TensorFlow's does, so ``strategy.extended.broadcast_to(3., dest) + 1.`` is ``4.0``.
+"""
+
+import numpy as np
+
+from mpidist.backend import as_array
+from mpidist.core import state
+
+__all__ = ["DistributedValues", "PerReplica", "Mirrored", "ValueContext"]
+
+
+class DistributedValues:
+    """Values of one logical tensor, one component per local replica.
+
+    Args:
+        values: The components, in replica order.
+        devices: Optional device of each component (DeviceSpecs); strategies fill it in.
+    """
+
+    def __init__(self, values, devices=None):
+        self._values = tuple(values)
+        if not self._values:
+            raise ValueError(f"{type(self).__name__} needs at least one component value.")
+        if devices is not None:
+            devices = tuple(devices)
+            if len(devices) != len(self._values):
+                raise ValueError(
+                    f"{type(self).__name__} got {len(self._values)} values but {len(devices)} devices."
+                )
+        self._devices = devices
+
+    @property
+    def values(self):
+        """The components, a tuple in replica order."""
+        return self._values
+
+    @property
+    def _primary(self):
+        return self._values[0]
+
+    @property
+    def devices(self):
+        """The component devices (DeviceSpecs), or None where they were never set."""
+        return self._devices
+
+    def _get_on_device_or_primary(self):
+        device = state.current_device()
+        if device is not None and self._devices is not None:
+            for value, value_device in zip(self._values, self._devices):
+                if value_device == device:
+                    return value
+        return self._values[0]
+
+    def __repr__(self):
+        body = ",\n".join(f"  {i}: {v!r}" for i, v in enumerate(self._values))
+        return f"{type(self).__name__}:{{\n{body}\n}}"
+
+    def __str__(self):
+        body = ",\n".join(f"  {i}: {v!s}" for i, v in enumerate(self._values))
+        return f"{type(self).__name__}:{{\n{body}\n}}"
+
+
+class PerReplica(DistributedValues):
+    """Holds one possibly different value per replica."""
+
+    def __array__(self, dtype=None, copy=None):
+        mode = state.current_mode()
+        if mode.replica_context is not None and not mode.is_default and len(self._values) > 1:
+            raise ValueError(
+                "Flattening a PerReplica to components is not supported in replica context: inside "
+                "strategy.run each replica already receives its own component as an argument."
+            )
+        raise ValueError(
+            "It looks like you are using a PerReplica object while not inside a replica context, "
+            "which is not supported. Try running your op or function inside a replica context by "
+            "using `strategy.run`, or combine the components with `strategy.reduce` / "
+            "`strategy.gather`."
+        )
+
+
+def _delegate(name):
+    def method(self, *args):
+        return getattr(self._get_on_device_or_primary(), name)(*args)
+
+    method.__name__ = name
+    return method
+
+
+class Mirrored(DistributedValues):
+    """Holds the same value on every replica; reads as the current device's component."""
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._get_on_device_or_primary(), name)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(as_array(self._get_on_device_or_primary()), dtype=dtype)
+
+    def __float__(self):
+        return float(self._get_on_device_or_primary())
+
+    def __int__(self):
+        return int(self._get_on_device_or_primary())
+
+    def __bool__(self):
+        return bool(self._get_on_device_or_primary())
+
+    def __len__(self):
+        return len(self._get_on_device_or_primary())
+
+
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"):
+    setattr(Mirrored, f"__{_op}__", _delegate(f"__{_op}__"))
+    setattr(Mirrored, f"__r{_op}__", _delegate(f"__r{_op}__"))
+for _op in ("neg", "pos", "abs", "lt", "le", "gt", "ge", "getitem"):
+    setattr(Mirrored, f"__{_op}__", _delegate(f"__{_op}__"))
+del _op
+
+
+class ValueContext:
+    """What ``experimental_distribute_values_from_function`` tells ``value_fn``: which replica."""
+
+    __slots__ = ("_replica_id_in_sync_group", "_num_replicas_in_sync")
+
+    def __init__(self, replica_id_in_sync_group=0, num_replicas_in_sync=1):
+        self._replica_id_in_sync_group = replica_id_in_sync_group
+        self._num_replicas_in_sync = num_replicas_in_sync
+
+    @property
+    def replica_id_in_sync_group(self):
+        return self._replica_id_in_sync_group
+
+    @property
+    def num_replicas_in_sync(self):
+        return self._num_replicas_in_sync
+
+    def __str__(self):
+        return (
+            f"tf.distribute.ValueContext(replica id {self._replica_id_in_sync_group},  "
+            f"total replicas in sync: {self._num_replicas_in_sync})"
+        )
+
+    __repr__ = __str__

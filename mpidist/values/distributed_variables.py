@@ -1,0 +1,210 @@
+"""Variables with one copy per replica: MirroredVariable (ON_WRITE) and SyncOnReadVariable
+(ON_READ), with TensorFlow's aggregation rules.
+
+A distributed variable works out where it is used from the distribution context:
+in replica context (inside ``strategy.run``) it is the replica's own copy; in cross-replica
+context, or where no strategy is active, it stands for all copies together.
+"""
+
+import contextlib
+
+import numpy as np
+
+from mpidist.backend import as_array
+from mpidist.core import state
+from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
+from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
+from mpidist.values.regroup import select_local
+from mpidist.values.variables import Variable
+
+__all__ = ["DistributedVariable", "MirroredVariable", "SyncOnReadVariable"]
+
+
+class DistributedVariable(DistributedValues, Variable):
+    """Base of MirroredVariable and SyncOnReadVariable: one component Variable per replica."""
+
+    _is_distributed_variable = True
+
+    def __init__(self, strategy, components, aggregation):
+        DistributedValues.__init__(self, components, devices=[c._device for c in components])
+        self._distribute_strategy = strategy
+        self._aggregation = aggregation
+        self._distributed_container_ref = None
+        for component in components:
+            component._distributed_container_ref = self
+
+    # -- identity: the primary component's ------------------------------------------------
+    @property
+    def name(self):
+        return self._primary.name
+
+    @property
+    def dtype(self):
+        return self._primary.dtype
+
+    @property
+    def shape(self):
+        return self._primary.shape
+
+    @property
+    def ndim(self):
+        return self._primary.ndim
+
+    @property
+    def size(self):
+        return self._primary.size
+
+    @property
+    def device(self):
+        return self._primary.device
+
+    @property
+    def trainable(self):
+        return self._primary.trainable
+
+    @property
+    def aggregation(self):
+        return self._aggregation
+
+    @property
+    def distribute_strategy(self):
+        return self._distribute_strategy
+
+    # -- where are we? --------------------------------------------------------------------
+    def _replica_context(self):
+        """The current replica context of this variable's strategy, or None (cross-replica)."""
+        mode = state.current_mode()
+        strategy = self._distribute_strategy
+        if mode.is_default:
+            return None  # no strategy active: act as in this variable's strategy scope
+        if mode.strategy is not strategy:
+            raise RuntimeError(
+                f"Mixing different mpidist.Strategy objects: {mode.strategy} is not {strategy}; "
+                f"variable {self.name!r} belongs to the latter, use it inside that strategy's scope."
+            )
+        return mode.replica_context
+
+    @contextlib.contextmanager
+    def _own_scope(self):
+        """Cross-replica context of this variable's strategy for the block."""
+        mode = state.current_mode()
+        if mode.strategy is self._distribute_strategy and mode.cross_replica is not None:
+            yield
+        else:
+            with self._distribute_strategy.scope():
+                yield
+
+    def _validate_all(self, kind, values):
+        """Prepared arrays for each component; raises before anything is written."""
+        return [component._prepare(v) for component, v in zip(self._values, values)]
+
+    def _per_component(self, value):
+        """``value`` split per component: DistributedValues componentwise, others repeated."""
+        if isinstance(value, DistributedValues):
+            if len(value.values) != len(self._values):
+                raise ValueError(
+                    f"Cannot update variable {self.name!r} ({len(self._values)} components) from a "
+                    f"{type(value).__name__} with {len(value.values)} components."
+                )
+            return [select_local(i, value) for i in range(len(self._values))]
+        return [value] * len(self._values)
+
+    def _write_all(self, kind, arrays):
+        for component, arr in zip(self._values, arrays):
+            component._write(kind, arr)
+
+    def _mirrored_values(self):
+        return Mirrored([c.value() for c in self._values], self._devices)
+
+
+class MirroredVariable(DistributedVariable):
+    """Kept equal on every replica; updates in replica context are aggregated first.
+
+    Aggregation in replica context: NONE updates only the replica's own copy (they can drift
+    apart, as in TensorFlow 2.21); SUM / MEAN all-reduce the per-replica values;
+    ONLY_FIRST_REPLICA applies replica 0's value everywhere.
+    """
+
+    @property
+    def synchronization(self):
+        return VariableSynchronization.ON_WRITE
+
+    def _current_array(self):
+        ctx = self._replica_context()
+        if ctx is not None:
+            return self._values[ctx._local_replica_id]._value
+        return self._get_on_device_or_primary()._value
+
+    def _update(self, kind, value, read_value):
+        ctx = self._replica_context()
+        if ctx is None:
+            arrays = self._validate_all(kind, self._per_component(value))
+            self._write_all(kind, arrays)
+            return self._mirrored_values() if read_value else None
+        if isinstance(value, DistributedValues):
+            raise TypeError(
+                "Cannot use DistributedValues to update variables in replica context: inside "
+                "strategy.run pass the replica's own value (an array or number)."
+            )
+        local = ctx._local_replica_id
+        if self._aggregation is VariableAggregation.NONE:
+            return self._values[local]._update(kind, value, read_value)
+        return ctx.merge_call(self._merge_update, args=(kind, value, read_value))
+
+    def _merge_update(self, strategy, kind, value, read_value):
+        extended = strategy.extended
+        if self._aggregation is VariableAggregation.ONLY_FIRST_REPLICA:
+            first = strategy.experimental_local_results(value)[0]
+            reduced = extended.broadcast_to(first, self)
+        else:
+            op = ReduceOp.from_variable_aggregation(self._aggregation)
+            reduced = extended.reduce_to(op, value, self)
+        arrays = self._validate_all(kind, self._per_component(reduced))
+        self._write_all(kind, arrays)
+        return self._mirrored_values() if read_value else None
+
+
+class SyncOnReadVariable(DistributedVariable):
+    """Each replica writes its own copy without communication; reading it in cross-replica
+    context aggregates the copies (SUM, MEAN, or ONLY_FIRST_REPLICA's replica 0)."""
+
+    @property
+    def synchronization(self):
+        return VariableSynchronization.ON_READ
+
+    def _aggregated(self):
+        if self._aggregation is VariableAggregation.ONLY_FIRST_REPLICA:
+            return self._primary._value
+        op = ReduceOp.from_variable_aggregation(self._aggregation)
+        components = PerReplica([c._value for c in self._values], self._devices)
+        with self._own_scope():
+            return as_array(self._distribute_strategy.reduce(op, components, axis=None))
+
+    def _current_array(self):
+        ctx = self._replica_context()
+        if ctx is not None:
+            return self._values[ctx._local_replica_id]._value
+        return self._aggregated()
+
+    def _update(self, kind, value, read_value):
+        ctx = self._replica_context()
+        if ctx is not None:
+            return self._values[ctx._local_replica_id]._update(kind, value, read_value)
+        if self._aggregation is VariableAggregation.SUM and kind != "assign":
+            raise ValueError(
+                f"SyncOnReadVariable does not support `{kind}` in cross-replica context when "
+                "aggregation is set to `mpidist.VariableAggregation.SUM`: the change would be "
+                "counted once per replica. Use `assign`, or update it inside strategy.run."
+            )
+        values = self._per_component(value)
+        if self._aggregation is VariableAggregation.SUM:
+            # Keep the sum: a SUM variable assigned x holds x / N on each of its N replicas.
+            n = self._distribute_strategy.num_replicas_in_sync
+            values = [
+                np.asarray(as_array(v) / n).astype(self.dtype) if not isinstance(v, Variable)
+                else np.asarray(v.numpy() / n).astype(self.dtype)
+                for v in values
+            ]
+        arrays = self._validate_all(kind, values)
+        self._write_all(kind, arrays)
+        return self.value() if read_value else None

@@ -1,0 +1,260 @@
+"""``mpidist.Variable``: a named, mutable array, the counterpart of ``tf.Variable``.
+
+Calling ``mpidist.Variable(...)`` asks the current strategy to create the variable, so inside
+``MirroredStrategy.scope()`` it returns a MirroredVariable or SyncOnReadVariable, and outside
+any scope a plain Variable. Variables act as arrays in NumPy code (``np.asarray(v)``, ``v * x``,
+``v.numpy()``); a distributed variable then acts as the current replica's copy.
+"""
+
+import numpy as np
+
+from mpidist.backend import array_module, as_array, copy_to_device, device_of
+from mpidist.core import state
+from mpidist.core.devices import parse_device
+from mpidist.types import VariableAggregation, VariableSynchronization
+
+__all__ = ["Variable", "as_aggregation", "as_synchronization"]
+
+_UPDATE_KINDS = ("assign", "assign_add", "assign_sub")
+
+
+def as_synchronization(value):
+    try:
+        return VariableSynchronization(value) if not isinstance(value, VariableSynchronization) else value
+    except ValueError:
+        raise ValueError(
+            f"Invalid variable synchronization mode: {value!r}; use one of "
+            f"{[m.name for m in VariableSynchronization]} from mpidist.VariableSynchronization."
+        ) from None
+
+
+def as_aggregation(value):
+    if isinstance(value, VariableAggregation):
+        return value
+    if isinstance(value, str) and value.upper() in VariableAggregation.__members__:
+        return VariableAggregation[value.upper()]
+    raise ValueError(
+        f"Invalid variable aggregation mode: {value!r} for variable; use one of "
+        f"{[m.name for m in VariableAggregation]} from mpidist.VariableAggregation."
+    )
+
+
+class _VariableMeta(type):
+    """Routes ``Variable(...)`` through the current strategy's variable creator."""
+
+    def __call__(cls, *args, **kwargs):
+        if cls is not Variable:
+            return super().__call__(*args, **kwargs)
+        strategy = state.current_mode().strategy
+        creator = getattr(getattr(strategy, "extended", None), "_create_variable", None)
+        if creator is None:
+            return super().__call__(*args, **kwargs)
+        return creator(*args, **kwargs)
+
+
+def _initial_array(initial_value, dtype, shape):
+    if initial_value is None:
+        raise ValueError("initial_value must be specified: pass an array, a number or a callable.")
+    if callable(initial_value):
+        initial_value = initial_value()
+    if isinstance(initial_value, Variable):
+        initial_value = initial_value.read_value()
+    xp = array_module(initial_value)
+    arr = xp.asarray(initial_value if xp is not np else as_array(initial_value),
+                     dtype=np.dtype(dtype) if dtype is not None else None)
+    if shape is not None and tuple(arr.shape) != tuple(shape):
+        raise ValueError(
+            f"initial_value has shape {tuple(arr.shape)} but shape={tuple(shape)} was requested."
+        )
+    return arr
+
+
+class Variable(metaclass=_VariableMeta):
+    """A mutable array with a name, a dtype and a device.
+
+    Args:
+        initial_value: Array, number, nested list, or a zero-argument callable returning one.
+        trainable: Whether optimizers update it (default True).
+        name: Name without the ``:0`` suffix (default ``"Variable"``).
+        dtype: NumPy dtype to store; inferred from ``initial_value`` when None.
+        synchronization: A VariableSynchronization (used by distribution strategies).
+        aggregation: A VariableAggregation (used by distribution strategies).
+        shape: Expected shape of ``initial_value``; checked when given.
+        device: Device string to place the value on (the host when None).
+    """
+
+    _is_distributed_variable = False
+    __array_priority__ = 100
+
+    def __init__(self, initial_value=None, trainable=None, name=None, dtype=None,
+                 synchronization=VariableSynchronization.AUTO,
+                 aggregation=VariableAggregation.NONE, shape=None, device=None):
+        synchronization = as_synchronization(synchronization)
+        aggregation = as_aggregation(aggregation)
+        device = parse_device(device) if device is not None else None
+        arr = _initial_array(initial_value, dtype, shape)
+        self._value = copy_to_device(arr, device) if device is not None else copy_to_device(arr)
+        self._device = device if device is not None else device_of(self._value)
+        self._name = f"{name if name is not None else 'Variable'}:0"
+        self._trainable = (
+            synchronization is not VariableSynchronization.ON_READ if trainable is None else bool(trainable)
+        )
+        self._synchronization = synchronization
+        self._aggregation = aggregation
+        self._distributed_container_ref = None
+        self._distribute_strategy = None
+
+    # -- identity -------------------------------------------------------------------------
+    @property
+    def name(self):
+        return self._name
+
+    @property
+    def dtype(self):
+        return self._value.dtype
+
+    @property
+    def shape(self):
+        return tuple(self._value.shape)
+
+    @property
+    def ndim(self):
+        return self._value.ndim
+
+    @property
+    def size(self):
+        return self._value.size
+
+    @property
+    def device(self):
+        """Fully qualified device name, e.g. ``/job:localhost/replica:0/task:0/device:CPU:0``."""
+        return str(self._device) if self._device is not None else "/job:localhost/replica:0/task:0/device:CPU:0"
+
+    @property
+    def trainable(self):
+        return self._trainable
+
+    @property
+    def synchronization(self):
+        return self._synchronization
+
+    @property
+    def aggregation(self):
+        return self._aggregation
+
+    def _distributed_container(self):
+        """The distributed variable this is a component of, or None."""
+        return self._distributed_container_ref
+
+    # -- reads ----------------------------------------------------------------------------
+    def _current_array(self):
+        """The array that arithmetic on this variable reads (no copy)."""
+        return self._value
+
+    def value(self):
+        """A snapshot of the current value (an array on the variable's device)."""
+        return self._current_array().copy()
+
+    def read_value(self):
+        return self.value()
+
+    def numpy(self):
+        """A host NumPy copy of the current value."""
+        return np.array(as_array(self._current_array()), copy=True)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(as_array(self._current_array()), dtype=dtype)
+
+    def __float__(self):
+        return float(self._current_array())
+
+    def __int__(self):
+        return int(self._current_array())
+
+    def __index__(self):
+        return int(self._current_array())
+
+    def __bool__(self):
+        return bool(self._current_array())
+
+    def __len__(self):
+        return len(self._current_array())
+
+    def __iter__(self):
+        return iter(self._current_array())
+
+    def __getitem__(self, key):
+        return self._current_array()[key]
+
+    def __repr__(self):
+        try:
+            shown = np.array2string(self.numpy(), separator=", ")
+        except Exception as exc:  # e.g. an ON_READ NONE variable cannot be read cross-replica
+            shown = f"<unreadable: {exc}>"
+        return (f"<mpidist.{type(self).__name__} {self._name!r} shape={self.shape} "
+                f"dtype={self.dtype}, numpy={shown}>")
+
+    # -- writes ---------------------------------------------------------------------------
+    def _prepare(self, value, casting="same_kind"):
+        """``value`` as an array ready to store: same shape, castable dtype; raises otherwise."""
+        if isinstance(value, Variable):
+            value = value._current_array()
+        arr = as_array(value, self._device)
+        if tuple(arr.shape) != self.shape:
+            raise ValueError(
+                f"Cannot assign a value of shape {tuple(arr.shape)} to variable {self._name!r} of "
+                f"shape {self.shape}: the shapes must match exactly."
+            )
+        if not np.can_cast(arr.dtype, self.dtype, casting=casting):
+            raise TypeError(
+                f"Cannot assign a value of dtype {arr.dtype} to variable {self._name!r} of dtype "
+                f"{self.dtype}; cast it first (e.g. np.asarray(value, dtype={self.dtype.name!r}))."
+            )
+        return arr
+
+    def _write(self, kind, arr):
+        xp = array_module(self._value)
+        if kind == "assign":
+            xp.copyto(self._value, arr, casting="unsafe")
+        elif kind == "assign_add":
+            xp.add(self._value, arr, out=self._value, casting="unsafe")
+        else:
+            xp.subtract(self._value, arr, out=self._value, casting="unsafe")
+
+    def _update(self, kind, value, read_value):
+        self._write(kind, self._prepare(value))
+        return self.value() if read_value else None
+
+    def assign(self, value, use_locking=None, name=None, read_value=True):
+        """Set the value; returns the new value (an array) when ``read_value``, else None."""
+        return self._update("assign", value, read_value)
+
+    def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+        return self._update("assign_add", delta, read_value)
+
+    def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+        return self._update("assign_sub", delta, read_value)
+
+    # Variables are hashable by identity (optimizers key slots by variable).
+    __hash__ = object.__hash__
+
+
+def _binary(name):
+    def method(self, other):
+        if isinstance(other, Variable):
+            other = other._current_array()
+        return getattr(self._current_array(), name)(other)
+
+    method.__name__ = name
+    return method
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"):
+    setattr(Variable, f"__{_name}__", _binary(f"__{_name}__"))
+    setattr(Variable, f"__r{_name}__", _binary(f"__r{_name}__"))
+for _name in ("lt", "le", "gt", "ge"):
+    setattr(Variable, f"__{_name}__", _binary(f"__{_name}__"))
+Variable.__neg__ = lambda self: -self._current_array()
+Variable.__pos__ = lambda self: +self._current_array()
+Variable.__abs__ = lambda self: abs(self._current_array())
+del _name
