@@ -1,0 +1,45 @@
+"""The README's quick start and the examples run as written and train to the right answer."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+import quickstart  # noqa: E402 - the examples folder is not a package
+
+
+def readme_quick_start():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quick start", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, flags=re.DOTALL).group(1)
+
+
+def test_readme_quick_start_runs_as_written(tmp_path):
+    script = tmp_path / "quick_start.py"
+    script.write_text(readme_quick_start())
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    m = re.search(r"w = \[(.*)\] b = (\S+) loss = (\S+)", out.stdout)
+    assert m, out.stdout
+    np.testing.assert_allclose(np.array(m.group(1).split(), dtype=float), [2.0, -3.0, 0.5], atol=2e-3)
+    assert abs(float(m.group(2)) - 1.0) < 2e-3
+    assert float(m.group(3)) < 1e-4
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3, 4])
+def test_quickstart_example_converges_the_same_under_any_replica_count(replicas):
+    w, b, loss = quickstart.main(["--replicas", str(replicas), "--steps", "100"])
+    reference_w, reference_b, _ = quickstart.train(
+        __import__("mpidist").OneDeviceStrategy("/cpu:0"), steps=100)
+    np.testing.assert_allclose(w, quickstart.TRUE_W, atol=5e-3)
+    assert abs(float(b) - quickstart.TRUE_B) < 5e-3
+    assert loss < 1e-3
+    # Same global batch and same data: the same weights within float rounding.
+    np.testing.assert_allclose(w, reference_w, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(b, reference_b, rtol=1e-10, atol=1e-12)
