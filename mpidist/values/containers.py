@@ -143,7 +143,7 @@ class ValueContext:
 
     def __str__(self):
         return (
-            f"tf.distribute.ValueContext(replica id {self._replica_id_in_sync_group},  "
+            f"mpidist.ValueContext(replica id {self._replica_id_in_sync_group},  "
             f"total replicas in sync: {self._num_replicas_in_sync})"
         )
 

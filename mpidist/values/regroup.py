@@ -52,11 +52,12 @@ def regroup(values, wrap_class=PerReplica, devices=None):
                 )
         merged = {k: regroup(tuple(v[k] for v in values), wrap_class, devices) for k in v0.keys()}
         return merged if type(v0) is dict else type(v0)(merged)
-    if all(v is v0 for v in values[1:]):
-        return v0
+    # A component of a distributed variable stands for the variable, even with one replica.
     container = _container_of(v0)
     if container is not None and all(_container_of(v) is container for v in values[1:]):
         return container
+    if all(v is v0 for v in values[1:]):
+        return v0
     return wrap_class(values, devices)
 
 
