@@ -13,7 +13,7 @@ from mpidist.types import ReduceOp, as_reduce_op
 from mpidist.values.containers import DistributedValues, PerReplica
 
 __all__ = ["CrossDeviceOps", "reduce_non_distributed_value", "as_per_replica",
-           "check_same_shapes"]
+           "check_same_shapes", "check_value_destination_pair", "normalize_pairs"]
 
 
 def as_per_replica(value):
@@ -123,19 +123,25 @@ class CrossDeviceOps:
         return simple_broadcast(np.concatenate(arrays, axis=ax), destinations, reuse=True)
 
 
+def check_value_destination_pair(pair):
+    """Raise ValueError unless ``pair`` is a ``(value, destinations)`` tuple."""
+    if not isinstance(pair, tuple):
+        raise ValueError(
+            "Each element of `value_destination_pairs` should be a tuple (value, destinations); "
+            f"got {type(pair).__name__} {pair!r}."
+        )
+    if len(pair) != 2:
+        raise ValueError(
+            "Each element of `value_destination_pairs` should be a tuple of size 2; got a tuple "
+            f"of size {len(pair)}."
+        )
+
+
 def normalize_pairs(value_destination_pairs):
+    """Checked pairs with each value as a PerReplica."""
     pairs = []
     for pair in value_destination_pairs:
-        if not isinstance(pair, tuple):
-            raise ValueError(
-                "Each element of `value_destination_pairs` should be a tuple (value, destinations); "
-                f"got {type(pair).__name__} {pair!r}."
-            )
-        if len(pair) != 2:
-            raise ValueError(
-                "Each element of `value_destination_pairs` should be a tuple of size 2; got a "
-                f"tuple of size {len(pair)}."
-            )
+        check_value_destination_pair(pair)
         value, destinations = pair
         validate_destinations(destinations)
         pairs.append((as_per_replica(value), destinations))

@@ -1,10 +1,11 @@
 """The default strategy: what is in effect when no strategy's scope is entered (one replica,
 no distribution)."""
 
-from mpidist.core import nest, state
+from mpidist.core import state
 from mpidist.strategies.context import has_strategy
 from mpidist.strategies.replica_context import DefaultReplicaContext, ReplicaContext
-from mpidist.strategies.strategy import Strategy, StrategyExtended
+from mpidist.strategies.single_replica import SingleReplicaExtended
+from mpidist.strategies.strategy import Strategy
 from mpidist.values.variables import Variable
 
 __all__ = ["get_default_strategy"]
@@ -46,7 +47,7 @@ class _DefaultDistributionStrategy(Strategy):
         raise RuntimeError("Should only create a single instance of _DefaultDistributionStrategy")
 
 
-class _DefaultExtended(StrategyExtended):
+class _DefaultExtended(SingleReplicaExtended):
     def __init__(self, container_strategy):
         super().__init__(container_strategy, devices=())
 
@@ -69,33 +70,12 @@ class _DefaultExtended(StrategyExtended):
         with ReplicaContext(self._container_strategy(), replica_id_in_sync_group=0):
             return fn(*args, **kwargs)
 
-    def _reduce_to(self, reduce_op, value, destinations, options):
-        return value
-
-    def _batch_reduce_to(self, reduce_op, pairs, options):
-        return [v for v, _ in pairs]
-
     def broadcast_to(self, tensor, destinations):
         if destinations is None:
             return tensor
         raise NotImplementedError(
             "TODO: the default strategy has a single device; call broadcast_to with destinations=None."
         )
-
-    def _update(self, var, fn, args, kwargs, group):
-        result = fn(var, *args, **kwargs)
-        return result if group else nest.map_structure(lambda x: (x,), result)
-
-    def _local_results(self, value):
-        return (value,)
-
-    def _gather(self, value, axis):
-        return value
-
-    def _distribute_values_from_function(self, value_fn):
-        from mpidist.values.containers import ValueContext  # noqa: PLC0415 - tiny, same layer below
-
-        return value_fn(ValueContext())
 
     def _create_variable(self, *args, **kwargs):
         return type.__call__(Variable, *args, **kwargs)

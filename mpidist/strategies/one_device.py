@@ -1,11 +1,11 @@
 """OneDeviceStrategy: one replica on one named device."""
 
 from mpidist.backend import device_context
-from mpidist.core import nest, state
+from mpidist.core import state
 from mpidist.core.devices import parse_device
 from mpidist.strategies.replica_context import ReplicaContext
-from mpidist.strategies.strategy import Strategy, StrategyExtended
-from mpidist.values.containers import ValueContext
+from mpidist.strategies.single_replica import SingleReplicaExtended
+from mpidist.strategies.strategy import Strategy
 from mpidist.values.regroup import select_replica
 from mpidist.values.variables import Variable
 
@@ -27,7 +27,7 @@ class OneDeviceStrategy(Strategy):
         return OneDeviceStrategy(self._device_arg)
 
 
-class _OneDeviceExtended(StrategyExtended):
+class _OneDeviceExtended(SingleReplicaExtended):
     def __init__(self, container_strategy, device):
         super().__init__(container_strategy, devices=(device,))
         self._device = device
@@ -38,28 +38,8 @@ class _OneDeviceExtended(StrategyExtended):
                 device_context(self._device):
             return fn(*args, **kwargs)
 
-    def _reduce_to(self, reduce_op, value, destinations, options):
-        return value
-
-    def _batch_reduce_to(self, reduce_op, pairs, options):
-        return [v for v, _ in pairs]
-
     def _broadcast_to(self, tensor, destinations):
         return tensor
-
-    def _update(self, var, fn, args, kwargs, group):
-        with state.device_scope(self._device):
-            result = fn(var, *args, **kwargs)
-        return result if group else nest.map_structure(lambda x: (x,), result)
-
-    def _local_results(self, value):
-        return (value,)
-
-    def _gather(self, value, axis):
-        return value
-
-    def _distribute_values_from_function(self, value_fn):
-        return value_fn(ValueContext())
 
     def _create_variable(self, *args, **kwargs):
         kwargs["device"] = self._device

@@ -21,8 +21,14 @@ class _Contribution:
         self.flat = flat
 
 
-def _contributions(boxes):
-    return boxes.values if isinstance(boxes, PerReplica) else (boxes,)
+def _per_leaf(boxes, devices):
+    """Turn the regrouped contributions into one value per leaf: a PerReplica of the replicas'
+    leaves, or the leaf itself when this worker has one replica."""
+    contributions = boxes.values if isinstance(boxes, PerReplica) else (boxes,)
+    if len(contributions) == 1:
+        return list(contributions[0].flat)
+    return [PerReplica([c.flat[k] for c in contributions], devices)
+            for k in range(len(contributions[0].flat))]
 
 
 class ReplicaContext:
@@ -114,10 +120,7 @@ class ReplicaContext:
             return value
 
         def merge_fn(strategy, boxes):
-            contributions = _contributions(boxes)
-            per_leaf = [PerReplica([c.flat[k] for c in contributions], strategy.extended._device_specs)
-                        if len(contributions) > 1 else contributions[0].flat[k]
-                        for k in range(len(flat))]
+            per_leaf = _per_leaf(boxes, strategy.extended._device_specs)
             return strategy.extended._all_reduce_leaves(reduce_op, per_leaf, options)
 
         reduced = self.merge_call(merge_fn, args=(_Contribution(flat),))
@@ -138,10 +141,7 @@ class ReplicaContext:
             return value
 
         def merge_fn(strategy, boxes):
-            contributions = _contributions(boxes)
-            per_leaf = [PerReplica([c.flat[k] for c in contributions], strategy.extended._device_specs)
-                        if len(contributions) > 1 else contributions[0].flat[k]
-                        for k in range(len(flat))]
+            per_leaf = _per_leaf(boxes, strategy.extended._device_specs)
             return strategy.extended._all_gather_leaves(per_leaf, axis, options)
 
         gathered = self.merge_call(merge_fn, args=(_Contribution(flat),))

@@ -13,6 +13,7 @@ import numpy as np
 from mpidist.backend import as_array
 from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec
+from mpidist.ops.cross_device_ops import check_value_destination_pair
 from mpidist.strategies.context import (
     get_replica_context,
     has_strategy,
@@ -85,6 +86,23 @@ def _check_axes(axes, ndim):
                 f"in [{-ndim}, {ndim})."
             )
     return tuple(a % ndim for a in axes)
+
+
+def _reduce_op_argument(method, reduce_op):
+    if isinstance(reduce_op, VariableAggregation):
+        raise AssertionError(
+            f"{method} takes a ReduceOp, not {reduce_op}; convert it with "
+            "mpidist.ReduceOp.from_variable_aggregation(...)."
+        )
+    return as_reduce_op(reduce_op)
+
+
+def _check_single_destination(destinations):
+    if isinstance(destinations, (list, tuple)):
+        raise AssertionError(
+            "destinations must be a single distributed value, variable, array or device string, "
+            f"not a {type(destinations).__name__}."
+        )
 
 
 class Strategy:
@@ -246,40 +264,17 @@ class StrategyExtended:
         """Reduce ``value`` to ``destinations`` (a distributed value, variable, array or device
         string). Returns an array for one destination device, else a Mirrored."""
         require_cross_replica_or_default(self)
-        if isinstance(reduce_op, VariableAggregation):
-            raise AssertionError(
-                f"reduce_to takes a ReduceOp, not {reduce_op}; convert it with "
-                "mpidist.ReduceOp.from_variable_aggregation(...)."
-            )
-        reduce_op = as_reduce_op(reduce_op)
-        if isinstance(destinations, (list, tuple)):
-            raise AssertionError(
-                "destinations must be a single distributed value, variable, array or device string, "
-                f"not a {type(destinations).__name__}."
-            )
+        reduce_op = _reduce_op_argument("reduce_to", reduce_op)
+        _check_single_destination(destinations)
         return self._reduce_to(reduce_op, value, destinations, options)
 
     def batch_reduce_to(self, reduce_op, value_destination_pairs, options=None):
         """``reduce_to`` for each ``(value, destinations)`` tuple; returns a list of results."""
         require_cross_replica_or_default(self)
-        if isinstance(reduce_op, VariableAggregation):
-            raise AssertionError(
-                f"batch_reduce_to takes a ReduceOp, not {reduce_op}; convert it with "
-                "mpidist.ReduceOp.from_variable_aggregation(...)."
-            )
-        reduce_op = as_reduce_op(reduce_op)
+        reduce_op = _reduce_op_argument("batch_reduce_to", reduce_op)
         pairs = list(value_destination_pairs)
         for pair in pairs:
-            if not isinstance(pair, tuple):
-                raise ValueError(
-                    "Each element of `value_destination_pairs` should be a tuple (value, "
-                    f"destinations); got {type(pair).__name__} {pair!r}."
-                )
-            if len(pair) != 2:
-                raise ValueError(
-                    "Each element of `value_destination_pairs` should be a tuple of size 2; got a "
-                    f"tuple of size {len(pair)}."
-                )
+            check_value_destination_pair(pair)
         return self._batch_reduce_to(reduce_op, pairs, options)
 
     def _batch_reduce_to(self, reduce_op, pairs, options):
@@ -290,11 +285,7 @@ class StrategyExtended:
         require_cross_replica_or_default(self)
         if destinations is None:
             raise AssertionError("broadcast_to needs destinations: a distributed value, variable or device string.")
-        if isinstance(destinations, (list, tuple)):
-            raise AssertionError(
-                "destinations must be a single distributed value, variable, array or device string, "
-                f"not a {type(destinations).__name__}."
-            )
+        _check_single_destination(destinations)
         if isinstance(tensor, (int, float)) and not isinstance(tensor, bool):
             return tensor
         return self._broadcast_to(tensor, destinations)
