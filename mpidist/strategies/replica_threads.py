@@ -55,6 +55,20 @@ class _Run:
         self.merge_results = [None] * n
         self.results = [None] * n
         self.errors = [None] * n
+        self.abandoned = False  # the calling thread gave up on this run
+
+
+class _Link:
+    """What a replica context holds to reach its own run (never a later one)."""
+
+    __slots__ = ("runner", "run")
+
+    def __init__(self, runner, run):
+        self.runner = runner
+        self.run = run
+
+    def merge_call(self, replica_index, merge_fn, args, kwargs):
+        return self.runner.merge_call(self.run, replica_index, merge_fn, args, kwargs)
 
 
 class ReplicaRunner:
@@ -66,7 +80,6 @@ class ReplicaRunner:
         self._make_replica_context = make_replica_context
         self._workers = None
         self._lock = threading.Lock()  # one run at a time per strategy
-        self._run = None
 
     def _ensure_workers(self):
         if self._workers is None:
@@ -81,21 +94,21 @@ class ReplicaRunner:
         with self._lock:
             self._ensure_workers()
             run = _Run(len(self._devices))
-            self._run = run
             try:
                 for i, worker in enumerate(self._workers):
                     worker.jobs.put(self._job(run, i, fn, args, kwargs))
                 self._coordinate(run)
                 return list(run.results)
-            finally:
-                self._run = None
+            except BaseException:
+                self._abandon(run)
+                raise
 
     def _job(self, run, i, fn, args, kwargs):
         device = self._devices[i]
 
         def job():
             ctx = self._make_replica_context(i)
-            ctx._coordinator = self
+            ctx._coordinator = _Link(self, run)
             outcome, value = _DONE, None
             try:
                 with ctx, state.device_scope(device), device_context(device):
@@ -115,9 +128,10 @@ class ReplicaRunner:
         return job
 
     # -- called on replica threads ----------------------------------------------------------
-    def merge_call(self, replica_index, merge_fn, args, kwargs):
-        run = self._run
+    def merge_call(self, run, replica_index, merge_fn, args, kwargs):
         with run.cond:
+            if run.abandoned:
+                raise _Unwind()
             run.requests[replica_index] = (merge_fn, args, kwargs)
             run.status[replica_index] = _PARKED
             run.cond.notify_all()
@@ -184,6 +198,22 @@ class ReplicaRunner:
                 run.status[i] = _UNWINDING
         run.cond.notify_all()
         run.cond.wait_for(lambda: all(s in (_DONE, _FAILED, _UNWOUND) for s in run.status))
+
+    def _abandon(self, run):
+        """After an interruption of the calling thread (e.g. KeyboardInterrupt): release parked
+        replicas, and if some are still running retire these threads so the next run starts on
+        fresh ones instead of queueing behind them."""
+        with run.cond:
+            run.abandoned = True
+            for i, status in enumerate(run.status):
+                if status == _PARKED:
+                    run.status[i] = _UNWINDING
+            run.cond.notify_all()
+            still_running = any(s in (_RUNNING, _RESUMED) for s in run.status)
+        if still_running:
+            for worker in self._workers:
+                worker.jobs.put(None)
+            self._workers = None
 
     def _raise_first_error(self, run):
         for i, error in enumerate(run.errors):
