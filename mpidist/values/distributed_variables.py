@@ -94,7 +94,7 @@ class DistributedVariable(DistributedValues, Variable):
             with self._distribute_strategy.scope():
                 yield
 
-    def _validate_all(self, kind, values):
+    def _validate_all(self, values):
         """Prepared arrays for each component; raises before anything is written."""
         return [component._prepare(v) for component, v in zip(self._values, values)]
 
@@ -138,9 +138,7 @@ class MirroredVariable(DistributedVariable):
     def _update(self, kind, value, read_value):
         ctx = self._replica_context()
         if ctx is None:
-            arrays = self._validate_all(kind, self._per_component(value))
-            self._write_all(kind, arrays)
-            return self._mirrored_values() if read_value else None
+            return self._update_every_copy(kind, value, read_value)
         if isinstance(value, DistributedValues):
             raise TypeError(
                 "Cannot use DistributedValues to update variables in replica context: inside "
@@ -159,7 +157,11 @@ class MirroredVariable(DistributedVariable):
         else:
             op = ReduceOp.from_variable_aggregation(self._aggregation)
             reduced = extended.reduce_to(op, value, self)
-        arrays = self._validate_all(kind, self._per_component(reduced))
+        return self._update_every_copy(kind, reduced, read_value)
+
+    def _update_every_copy(self, kind, value, read_value):
+        """Apply ``value`` (plain: to every copy; distributed: copy by copy), all-or-nothing."""
+        arrays = self._validate_all(self._per_component(value))
         self._write_all(kind, arrays)
         return self._mirrored_values() if read_value else None
 
@@ -205,6 +207,6 @@ class SyncOnReadVariable(DistributedVariable):
                 else np.asarray(v.numpy() / n).astype(self.dtype)
                 for v in values
             ]
-        arrays = self._validate_all(kind, values)
+        arrays = self._validate_all(values)
         self._write_all(kind, arrays)
         return self.value() if read_value else None

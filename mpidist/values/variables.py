@@ -15,9 +15,6 @@ from mpidist.types import VariableAggregation, VariableSynchronization
 
 __all__ = ["Variable", "as_aggregation", "as_synchronization"]
 
-_UPDATE_KINDS = ("assign", "assign_add", "assign_sub")
-
-
 def as_synchronization(value):
     try:
         return VariableSynchronization(value) if not isinstance(value, VariableSynchronization) else value
@@ -93,7 +90,7 @@ class Variable(metaclass=_VariableMeta):
         aggregation = as_aggregation(aggregation)
         device = parse_device(device) if device is not None else None
         arr = _initial_array(initial_value, dtype, shape)
-        self._value = copy_to_device(arr, device) if device is not None else copy_to_device(arr)
+        self._value = copy_to_device(arr, device)
         self._device = device if device is not None else device_of(self._value)
         self._name = f"{name if name is not None else 'Variable'}:0"
         self._trainable = (
