@@ -143,7 +143,7 @@ class _MirroredExtended(StrategyExtended):
         if not isinstance(value, DistributedValues):
             return value
         device = state.current_device() or self._host_device()
-        return self._cross_device_ops._gather(value, str(device), axis)
+        return self._cross_device_ops._gather(value, device, axis)
 
     def _all_reduce_leaves(self, reduce_op, per_leaf, options):
         return self.batch_reduce_to(reduce_op, [(v, v) for v in per_leaf], options)

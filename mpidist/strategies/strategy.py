@@ -292,7 +292,7 @@ class StrategyExtended:
 
     def _reduce(self, reduce_op, value):
         device = state.current_device() or self._host_device()
-        result = self.reduce_to(reduce_op, value, str(device))
+        result = self.reduce_to(reduce_op, value, device)
         result = self._local_results(result)[0]
         if isinstance(result, Variable):
             return result.value()
