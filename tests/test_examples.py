@@ -43,3 +43,15 @@ def test_quickstart_example_converges_the_same_under_any_replica_count(replicas)
     # Same global batch and same data: the same weights within float rounding.
     np.testing.assert_allclose(w, reference_w, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(b, reference_b, rtol=1e-10, atol=1e-12)
+
+
+def test_core_overhead_benchmark_runs_and_validates(capsys):
+    """The benchmark stays runnable (it checks its reduce results before timing them)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import core_overhead  # noqa: PLC0415
+
+    rows = core_overhead.main(["--replicas", "2", "--sizes", "4 KiB", "--rounds", "1"])
+    kinds = [row[0] for row in rows]
+    assert kinds == ["dispatch", "reduce"]
+    assert all(t > 0 for t in rows[1][3].values())
+    assert "| 2 | 4 KiB |" in capsys.readouterr().out
