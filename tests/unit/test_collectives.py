@@ -11,24 +11,12 @@ import numpy as np
 import pytest
 
 import mpidist
+from replicas import mirrored, rid
 
 REPLICAS = [1, 2, 3, 4]
-_STRATEGIES = {}
-
-
-def mirrored(n):
-    """S(n), built once per module (each owns n replica threads)."""
-    if n not in _STRATEGIES:
-        _STRATEGIES[n] = mpidist.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
-    return _STRATEGIES[n]
-
 
 def ctx():
     return mpidist.get_replica_context()
-
-
-def rid():
-    return ctx().replica_id_in_sync_group
 
 
 def local(strategy, value):

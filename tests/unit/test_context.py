@@ -12,12 +12,9 @@ import numpy as np
 import pytest
 
 import mpidist
+from replicas import mirrored
 
 REPLICAS = [1, 2, 3, 4]
-
-
-def mirrored(n):
-    return mpidist.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
 
 
 def default_strategy():
@@ -42,16 +39,6 @@ def is_int32_scalar(x):
 
 def first_local(strategy, value):
     return strategy.experimental_local_results(value)[0]
-
-
-@pytest.fixture(autouse=True)
-def _no_global_strategy():
-    """Every test starts and ends with no globally set strategy and no scope entered."""
-    mpidist.experimental_set_strategy(None)
-    assert not mpidist.has_strategy()
-    yield
-    mpidist.experimental_set_strategy(None)
-    assert not mpidist.has_strategy()
 
 
 # ------------------------------------------------------------------------------------------

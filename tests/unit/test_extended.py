@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import mpidist
+from replicas import mirrored, rid
 from mpidist import ReduceOp, VariableAggregation, VariableSynchronization
 
 LOCAL = "/job:localhost/replica:0/task:0/device:"
@@ -20,16 +21,9 @@ MULTI = [2, 3, 4]
 # helpers
 # --------------------------------------------------------------------------------------------
 
-def mirrored(n):
-    return mpidist.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
-
 
 def devices(n):
     return tuple(LOCAL + f"CPU:{i}" for i in range(n))
-
-
-def rid():
-    return mpidist.get_replica_context().replica_id_in_sync_group
 
 
 def per_replica(s, fn):

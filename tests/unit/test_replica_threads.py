@@ -9,10 +9,7 @@ import numpy as np
 import pytest
 
 import mpidist
-
-
-def rid():
-    return int(mpidist.get_replica_context().replica_id_in_sync_group)
+from replicas import rid
 
 
 @pytest.mark.parametrize("replicas", [2, 3, 4])
@@ -20,7 +17,7 @@ def test_error_names_the_replica_and_device_and_strategy_stays_usable(replicas):
     strategy = mpidist.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
 
     def step():
-        if rid() == replicas - 1:
+        if int(rid()) == replicas - 1:
             raise KeyError("boom")
         return mpidist.get_replica_context().merge_call(lambda s: 0)
 
@@ -38,7 +35,7 @@ def test_error_in_merge_fn_unwinds_every_replica():
 
     def step():
         mpidist.get_replica_context().merge_call(lambda s: 1 / 0)
-        after_merge.append(rid())
+        after_merge.append(int(rid()))
 
     with pytest.raises(ZeroDivisionError):
         strategy.run(step)

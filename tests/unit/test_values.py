@@ -10,25 +10,14 @@ import numpy as np
 import pytest
 
 import mpidist
+from replicas import mirrored
 
 REPLICAS = [1, 2, 3, 4]
-
-
-def mirrored(n):
-    return mpidist.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
 
 
 def expected_format(name, values, conv):
     """The exact repr/str layout of 3: "%s:{\\n%s\\n}" % (name, ",\\n".join("  %d: %r"))."""
     return "%s:{\n%s\n}" % (name, ",\n".join("  %d: %s" % (i, conv(v)) for i, v in enumerate(values)))
-
-
-@pytest.fixture(autouse=True)
-def _clean_context():
-    mpidist.experimental_set_strategy(None)
-    assert not mpidist.has_strategy()
-    yield
-    mpidist.experimental_set_strategy(None)
 
 
 # ------------------------------------------------------------------------------------------

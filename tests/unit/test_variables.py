@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import mpidist
+from replicas import mirrored as S, rid
 from mpidist import VariableAggregation as Agg
 from mpidist import VariableSynchronization as Sync
 
@@ -25,12 +26,6 @@ KINDS = ["assign", "assign_add", "assign_sub"]
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-def S(n):
-    return mpidist.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
-
-
-def rid():
-    return mpidist.get_replica_context().replica_id_in_sync_group
 
 
 def comps(strategy, v):
