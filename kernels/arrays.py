@@ -1,0 +1,89 @@
+"""Which twin runs an array (CPU or CUDA), and the array handling both twins share:
+1-D views, allocation next to an input, the kernel-ready forms of CuPy and Numba arrays.
+
+Nothing here imports Numba; ``cpu_kernels()`` / ``cuda_kernels()`` compile on first use.
+"""
+
+import sys
+
+import numpy as np
+
+__all__ = ["KERNEL_DTYPES", "is_device_array", "cpu_kernels", "cuda_kernels", "flat_host",
+           "flat_device", "empty_like_family", "is_c_contiguous", "check_out"]
+
+# The dtypes the fused kernels are compiled for; others take NumPy/CuPy's own loops.
+KERNEL_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "float64", "int32", "int64"))
+
+
+def is_device_array(x):
+    """True for GPU arrays: CuPy, Numba device arrays (and the CUDA simulator's)."""
+    return hasattr(x, "__cuda_array_interface__") or bool(getattr(x, "__cuda_ndarray__", False))
+
+
+def cpu_kernels():
+    from mpidist.kernels import cpu  # noqa: PLC0415 - imports Numba, so only when first needed
+
+    return cpu
+
+
+def cuda_kernels():
+    from mpidist.kernels import cuda  # noqa: PLC0415 - imports numba.cuda, only on GPU paths
+
+    return cuda
+
+
+def _cupy_of(x):
+    cupy = sys.modules.get("cupy")
+    return cupy if cupy is not None and isinstance(x, cupy.ndarray) else None
+
+
+def flat_host(x):
+    """``x`` as a 1-D C-contiguous NumPy array (a view when it already is one), float16 as
+    its uint16 bits (Numba's CPU target has no float16)."""
+    a = np.asarray(x)
+    flat = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
+    return flat.view(np.uint16) if flat.dtype == np.float16 else flat
+
+
+def flat_device(x, what="array"):
+    """``x`` as a 1-D contiguous device array that a Numba CUDA kernel accepts."""
+    cupy = _cupy_of(x)
+    if cupy is not None:
+        from numba import cuda  # noqa: PLC0415
+
+        return cuda.as_cuda_array(cupy.ascontiguousarray(x).reshape(-1))
+    if not is_c_contiguous(x):
+        raise ValueError(
+            f"The {what} is a non-contiguous Numba device array (strides {x.strides}); "
+            "pass a contiguous copy (e.g. cuda.to_device(a.copy_to_host()))."
+        )
+    return x.reshape(x.size) if x.ndim != 1 else x
+
+
+def empty_like_family(like, shape, dtype):
+    """An uninitialised array of ``shape``/``dtype`` where ``like`` lives (host or its GPU)."""
+    if not is_device_array(like):
+        return np.empty(shape, dtype)
+    cupy = _cupy_of(like)
+    if cupy is not None:
+        with like.device:
+            return cupy.empty(shape, dtype)
+    from numba import cuda  # noqa: PLC0415
+
+    return cuda.device_array(shape, dtype)
+
+
+def is_c_contiguous(x):
+    method = getattr(x, "is_c_contiguous", None)  # Numba device arrays
+    return method() if callable(method) else bool(x.flags.c_contiguous)
+
+
+def check_out(out, shape, dtype, what="out"):
+    """Raise ValueError unless ``out`` has ``shape`` and ``dtype`` and is C-contiguous."""
+    if tuple(out.shape) != tuple(shape) or np.dtype(out.dtype) != np.dtype(dtype):
+        raise ValueError(
+            f"{what} must have shape {tuple(shape)} and dtype {np.dtype(dtype)}; got shape "
+            f"{tuple(out.shape)} and dtype {np.dtype(out.dtype)}."
+        )
+    if not is_c_contiguous(out):
+        raise ValueError(f"{what} must be C-contiguous (the kernels write it as one flat run).")

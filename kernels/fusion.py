@@ -1,0 +1,237 @@
+"""Fusion buffers: many tensors packed into one flat buffer by an offsets table and back,
+optionally casting on the way (float32 -> float16 for compressed transfers), plus a pool of
+persistent flat buffers reused across calls."""
+
+import numpy as np
+
+from mpidist.kernels.arrays import (
+    check_out,
+    cpu_kernels,
+    cuda_kernels,
+    empty_like_family,
+    flat_device,
+    flat_host,
+    is_device_array,
+)
+from mpidist.kernels.layout import FusionLayout
+
+__all__ = ["pack", "unpack", "cast", "BufferPool"]
+
+_CHUNK = 8  # tensors per kernel launch; must equal kernels.cpu.CHUNK
+_SUPPORTED_KINDS = "fiu"
+
+
+def _check_dtype(dtype, what):
+    dtype = np.dtype(dtype)
+    if dtype.kind not in _SUPPORTED_KINDS:
+        raise ValueError(
+            f"{what} has dtype {dtype}; fusion buffers hold integer or floating-point data only."
+        )
+    return dtype
+
+
+def _host_mode(src_dtype, dst_dtype):
+    """CPU copy mode: 0 same representation kind, 1 into float16 bits, 2 out of float16 bits."""
+    src_half, dst_half = src_dtype == np.float16, dst_dtype == np.float16
+    if src_half == dst_half:
+        return 0
+    return 1 if dst_half else 2
+
+
+def _source_dtype(tensors):
+    dtype = np.dtype(tensors[0].dtype)
+    for i, t in enumerate(tensors[1:], start=1):
+        if np.dtype(t.dtype) != dtype:
+            raise ValueError(
+                f"pack: tensor {i} has dtype {np.dtype(t.dtype)} but tensor 0 has dtype {dtype}; "
+                "a fusion buffer holds one dtype: pack each dtype separately."
+            )
+    return _check_dtype(dtype, "pack: the tensors")
+
+
+def _chunks(arrays, starts, pad):
+    """(tuple of CHUNK arrays, tuple of CHUNK starts, real count) per launch."""
+    for i in range(0, len(arrays), _CHUNK):
+        part = arrays[i:i + _CHUNK]
+        count = len(part)
+        yield (tuple(part) + (pad,) * (_CHUNK - count),
+               tuple(starts[i:i + _CHUNK]) + (0,) * (_CHUNK - count), count)
+
+
+def _same_type_tuple(arrays):
+    # Numba's tuples must hold one array type: read-only arrays differ from writable ones.
+    if all(a.flags.writeable for a in arrays):
+        return arrays
+    views = []
+    for a in arrays:
+        v = a.view()
+        v.flags.writeable = False
+        views.append(v)
+    return views
+
+
+def pack(tensors, out=None, dtype=None, layout=None):
+    """Copy ``tensors`` end to end into one flat buffer, casting to ``dtype`` on the way.
+
+    Args:
+        tensors: Sequence of arrays of one dtype, all on the host or all on one GPU; any shapes,
+            zero-size ones included. Non-contiguous host arrays are read through a copy.
+        out: The flat buffer to fill (1-D, ``layout.total`` long, C-contiguous), e.g. one from a
+            BufferPool; None allocates one next to the tensors.
+        dtype: The buffer's dtype (default: the tensors'); a different float dtype casts.
+        layout: The tensors' FusionLayout when the caller has it cached.
+
+    Returns:
+        The flat buffer.
+    """
+    tensors = list(tensors)
+    layout = layout if layout is not None else FusionLayout.of(tensors)
+    if len(layout) != len(tensors):
+        raise ValueError(f"pack: the layout describes {len(layout)} tensors, got {len(tensors)}.")
+    if not tensors:
+        if dtype is None and out is None:
+            raise ValueError("pack: no tensors and no dtype: pass dtype= to pack an empty list.")
+        return out if out is not None else np.empty(0, dtype)
+    src_dtype = _source_dtype(tensors)
+    dst_dtype = _check_dtype(dtype if dtype is not None else (out.dtype if out is not None
+                                                                else src_dtype), "pack: dtype")
+    for i, (t, shape) in enumerate(zip(tensors, layout.shapes)):
+        if tuple(t.shape) != shape:
+            raise ValueError(f"pack: tensor {i} has shape {tuple(t.shape)}; the layout says {shape}.")
+    if out is None:
+        out = empty_like_family(tensors[0], (layout.total,), dst_dtype)
+    else:
+        check_out(out, (layout.total,), dst_dtype)
+    if is_device_array(tensors[0]):
+        _pack_device(tensors, out, layout)
+    else:
+        cpu = cpu_kernels()
+        mode = _host_mode(src_dtype, dst_dtype)
+        flat = out.view(np.uint16) if dst_dtype == np.float16 else out
+        sources = _same_type_tuple([flat_host(t) for t in tensors])
+        pad = sources[0][:0]
+        for srcs, starts, count in _chunks(sources, layout.starts, pad):
+            cpu.pack_chunk(flat, srcs, starts, count, mode)
+    return out
+
+
+def unpack(flat, layout, out=None, dtype=None):
+    """The tensors of ``layout`` read back out of ``flat``.
+
+    Without ``out`` and without a cast the results are views into ``flat`` (no copy: they
+    change when ``flat`` does); otherwise they are written into ``out`` (or new arrays of
+    ``dtype``), casting from the buffer's dtype.
+
+    Returns:
+        A list of arrays shaped as ``layout.shapes``.
+    """
+    if tuple(flat.shape) != (layout.total,):
+        raise ValueError(
+            f"unpack: the flat buffer has shape {tuple(flat.shape)} but the layout needs "
+            f"({layout.total},)."
+        )
+    src_dtype = _check_dtype(flat.dtype, "unpack: the flat buffer")
+    if out is None and (dtype is None or np.dtype(dtype) == src_dtype):
+        return layout.views(flat)
+    if out is None:
+        dst_dtype = _check_dtype(dtype, "unpack: dtype")
+        out = [empty_like_family(flat, shape, dst_dtype) for shape in layout.shapes]
+    else:
+        out = list(out)
+        if len(out) != len(layout):
+            raise ValueError(f"unpack: {len(layout)} tensors in the layout, {len(out)} in out.")
+        dst_dtype = _check_dtype(out[0].dtype if out else src_dtype, "unpack: out")
+        for i, (o, shape) in enumerate(zip(out, layout.shapes)):
+            check_out(o, shape, dst_dtype, what=f"out[{i}]")
+    if not out:
+        return out
+    if is_device_array(flat):
+        _unpack_device(flat, out, layout)
+    else:
+        cpu = cpu_kernels()
+        mode = _host_mode(src_dtype, dst_dtype)
+        source = flat.view(np.uint16) if src_dtype == np.float16 else flat
+        targets = [flat_host(o) for o in out]
+        for dsts, starts, count in _chunks(targets, layout.starts, targets[0][:0]):
+            cpu.unpack_chunk(source, dsts, starts, count, mode)
+    return out
+
+
+def cast(x, dtype, out=None):
+    """``x`` converted to ``dtype`` by the kernel of its device (float16 rounding: to nearest
+    even, as NumPy)."""
+    dst_dtype = _check_dtype(dtype, "cast: dtype")
+    src_dtype = _check_dtype(x.dtype, "cast: the input")
+    if out is None:
+        out = empty_like_family(x, x.shape, dst_dtype)
+    else:
+        check_out(out, x.shape, dst_dtype)
+    if is_device_array(x):
+        cuda = cuda_kernels()
+        cuda.cast_into(flat_device(out, "out"), flat_device(x, "input"), cuda.stream_of(x))
+    else:
+        dst = out.reshape(-1)
+        cpu_kernels().cast_into(dst.view(np.uint16) if dst_dtype == np.float16 else dst,
+                                flat_host(x), _host_mode(src_dtype, dst_dtype))
+    return out
+
+
+def _pack_device(tensors, out, layout):
+    cuda = cuda_kernels()
+    stream = cuda.stream_of(tensors[0])
+    flat = flat_device(out, "out")
+    sources = [flat_device(t, f"tensor {i}") for i, t in enumerate(tensors)]
+    for srcs, starts, count in _chunks(sources, layout.starts, sources[0][:0]):
+        cuda.pack_chunk(flat, srcs, starts, count, [s.size for s in srcs[:count]], stream)
+
+
+def _unpack_device(flat, out, layout):
+    cuda = cuda_kernels()
+    stream = cuda.stream_of(flat)
+    source = flat_device(flat, "flat buffer")
+    targets = [flat_device(o, f"out[{i}]") for i, o in enumerate(out)]
+    for dsts, starts, count in _chunks(targets, layout.starts, targets[0][:0]):
+        cuda.unpack_chunk(source, dsts, starts, count, [d.size for d in dsts[:count]], stream)
+
+
+class BufferPool:
+    """Persistent flat buffers, one per (place, dtype, length), reused across calls.
+
+    ``get`` hands back the same array for the same key every time, so a caller that packs the
+    same tensors each step allocates once. A pool is not shared between threads: each caller
+    that runs concurrently keeps its own (CrossDeviceOps hold one per instance under a lock).
+    """
+
+    def __init__(self):
+        self._buffers = {}
+
+    def get(self, like, length, dtype, slot=0):
+        """The pooled buffer of ``length`` elements of ``dtype`` where ``like`` lives.
+
+        ``slot`` tells apart several buffers of one size needed at once (e.g. one per replica).
+        """
+        dtype = np.dtype(dtype)
+        place = _place_of(like)
+        key = (place, dtype, int(length), slot)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = empty_like_family(like, (int(length),), dtype)
+            self._buffers[key] = buf
+        return buf
+
+    def clear(self):
+        self._buffers.clear()
+
+    @property
+    def nbytes(self):
+        return sum(int(b.nbytes) for b in self._buffers.values())
+
+    def __len__(self):
+        return len(self._buffers)
+
+
+def _place_of(x):
+    if not is_device_array(x):
+        return ("host", -1)
+    device = getattr(x, "device", None)
+    return ("gpu", int(device.id) if hasattr(device, "id") else 0)
