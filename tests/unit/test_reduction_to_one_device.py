@@ -234,7 +234,8 @@ def test_shape_mismatch_invalid_argument(n):
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.int64])
 def test_dtypes_exact_vs_numpy(n, dtype):
     """SUM equals NumPy's sequential add in the input dtype bit for bit; MEAN = that / N
-    (float dtypes keep their dtype, integers give float64)."""
+    (float dtypes keep their dtype, integers give float64). float16 is summed exactly (in
+    float64) and rounded once, so it equals the correctly rounded sum."""
     rng = np.random.default_rng(1234 + n)
     if np.dtype(dtype).kind == "f":
         arrays = [rng.standard_normal((3, 5)).astype(dtype) for _ in range(n)]
@@ -244,12 +245,16 @@ def test_dtypes_exact_vs_numpy(n, dtype):
     v = per_replica(s, lambda i: arrays[i])
     rtod = mpidist.ReductionToOneDevice()
 
-    expected_sum = functools.reduce(np.add, arrays)
+    if dtype == np.float16:
+        exact = functools.reduce(np.add, [a.astype(np.float64) for a in arrays])
+        expected_sum, expected_mean = exact.astype(dtype), (exact / n).astype(dtype)
+    else:
+        expected_sum = functools.reduce(np.add, arrays)
+        expected_mean = expected_sum / n
     summed = rtod.reduce("SUM", v, "/cpu:0")
     assert summed.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(summed, expected_sum)
 
-    expected_mean = expected_sum / n
     mean = rtod.reduce("MEAN", v, "/cpu:0")
     assert mean.dtype == (np.dtype(dtype) if np.dtype(dtype).kind == "f" else np.float64)
     np.testing.assert_array_equal(mean, expected_mean)
