@@ -6,9 +6,10 @@ contract, chosen by where the arrays live. Importing this package compiles nothi
 not import Numba; the first call of a kernel does.
 """
 
-from mpidist.kernels.fusion import BufferPool, cast, pack, unpack
+from mpidist.kernels.arrays import KERNEL_DTYPES
+from mpidist.kernels.fusion import BufferPool, cast, pack, reduce_pack, unpack
 from mpidist.kernels.layout import FusionLayout, group_by_size, split_sizes
 from mpidist.kernels.reduce import reduce_n
 
-__all__ = ["reduce_n", "pack", "unpack", "cast", "BufferPool", "FusionLayout", "split_sizes",
+__all__ = ["KERNEL_DTYPES", "reduce_n", "pack", "reduce_pack", "unpack", "cast", "BufferPool", "FusionLayout", "split_sizes",
            "group_by_size"]

@@ -15,6 +15,9 @@ __all__ = ["KERNEL_DTYPES", "is_device_array", "cpu_kernels", "cuda_kernels", "f
 KERNEL_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "float64", "int32", "int64"))
 
 
+_HALF = np.dtype(np.float16)
+
+
 def is_device_array(x):
     """True for GPU arrays: CuPy, Numba device arrays (and the CUDA simulator's)."""
     return hasattr(x, "__cuda_array_interface__") or bool(getattr(x, "__cuda_ndarray__", False))
@@ -40,9 +43,10 @@ def _cupy_of(x):
 def flat_host(x):
     """``x`` as a 1-D C-contiguous NumPy array (a view when it already is one), float16 as
     its uint16 bits (Numba's CPU target has no float16)."""
-    a = np.asarray(x)
-    flat = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
-    return flat.view(np.uint16) if flat.dtype == np.float16 else flat
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    if a.ndim != 1 or not a.flags.c_contiguous:
+        a = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
+    return a.view(np.uint16) if a.dtype == _HALF else a
 
 
 def flat_device(x, what="array"):

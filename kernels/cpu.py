@@ -15,7 +15,7 @@ import threading
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["reduce_into", "reduce_half_into", "pack_chunk", "unpack_chunk", "cast_into",
+__all__ = ["reduce_into", "reduce_half_into", "reduce_pack_chunk", "pack_chunk", "unpack_chunk", "cast_into",
            "PARALLEL_MIN_BYTES", "BLOCK", "CHUNK"]
 
 BLOCK = 4096  # elements per cache block
@@ -61,14 +61,19 @@ def float_to_half(x):
 # -- N-way reduce --------------------------------------------------------------------------------
 @njit(inline="always", **_OPTS)
 def _reduce_block(out, bufs, start, stop, divisor):
-    out[start:stop] = bufs[0][start:stop]
+    # Unsigned indices spare Numba's negative-index wraparound, so LLVM vectorises the loops.
+    m = stop - start
+    block = out[start:stop]
+    first = bufs[0][start:stop]
+    for i in range(m):
+        block[np.uintp(i)] = first[np.uintp(i)]
     for k in range(1, len(bufs)):
-        src = bufs[k]
-        for i in range(start, stop):
-            out[i] += src[i]
+        src = bufs[k][start:stop]
+        for i in range(m):
+            block[np.uintp(i)] += src[np.uintp(i)]
     if divisor != 0:
-        for i in range(start, stop):
-            out[i] = out[i] / divisor
+        for i in range(m):
+            block[np.uintp(i)] = block[np.uintp(i)] / divisor
 
 
 @njit(**_OPTS)
@@ -142,15 +147,41 @@ CHUNK = 8
 @njit(inline="always", **_OPTS)
 def _copy(dst, dst_start, src, src_start, count, mode):
     # mode 0: same kind; 1: float -> float16 bits; 2: float16 bits -> float
+    d = dst[dst_start:dst_start + count]
+    s = src[src_start:src_start + count]
     if mode == 0:
         for i in range(count):
-            dst[dst_start + i] = src[src_start + i]
+            d[np.uintp(i)] = s[np.uintp(i)]
     elif mode == 1:
         for i in range(count):
-            dst[dst_start + i] = float_to_half(np.float64(src[src_start + i]))
+            d[np.uintp(i)] = float_to_half(np.float64(s[np.uintp(i)]))
     else:
         for i in range(count):
-            dst[dst_start + i] = half_to_float(src[src_start + i])
+            d[np.uintp(i)] = half_to_float(s[np.uintp(i)])
+
+
+@njit(**_OPTS)
+def _reduce_pack_chunk(flat, srcs, starts, count, divisor):
+    for t in range(count):
+        bufs = srcs[t]
+        m = bufs[0].size
+        block = flat[starts[t]:starts[t] + m]
+        first = bufs[0]
+        for i in range(m):
+            block[np.uintp(i)] = first[np.uintp(i)]
+        for k in range(1, len(bufs)):
+            src = bufs[k]
+            for i in range(m):
+                block[np.uintp(i)] += src[np.uintp(i)]
+        if divisor != 0:
+            for i in range(m):
+                block[np.uintp(i)] = block[np.uintp(i)] / divisor
+
+
+def reduce_pack_chunk(flat, srcs, starts, count, divisor):
+    """Reduce each tensor's replicas (``srcs[t]``, a tuple of N arrays) straight into ``flat`` at
+    ``starts[t]``: the pack and the reduce in one pass, for replicas that share host memory."""
+    _reduce_pack_chunk(flat, srcs, starts, count, flat.dtype.type(divisor))
 
 
 @njit(**_OPTS)

@@ -15,7 +15,7 @@ from mpidist.kernels.arrays import (
 )
 from mpidist.kernels.layout import FusionLayout
 
-__all__ = ["pack", "unpack", "cast", "BufferPool"]
+__all__ = ["pack", "reduce_pack", "unpack", "cast", "BufferPool"]
 
 _CHUNK = 8  # tensors per kernel launch; must equal kernels.cpu.CHUNK
 _SUPPORTED_KINDS = "fiu"
@@ -40,8 +40,8 @@ def _host_mode(src_dtype, dst_dtype):
 
 def _source_dtype(tensors):
     dtype = np.dtype(tensors[0].dtype)
-    for i, t in enumerate(tensors[1:], start=1):
-        if np.dtype(t.dtype) != dtype:
+    for i, t in enumerate(tensors):
+        if t.dtype != dtype:
             raise ValueError(
                 f"pack: tensor {i} has dtype {np.dtype(t.dtype)} but tensor 0 has dtype {dtype}; "
                 "a fusion buffer holds one dtype: pack each dtype separately."
@@ -96,7 +96,7 @@ def pack(tensors, out=None, dtype=None, layout=None):
     dst_dtype = _check_dtype(dtype if dtype is not None else (out.dtype if out is not None
                                                                 else src_dtype), "pack: dtype")
     for i, (t, shape) in enumerate(zip(tensors, layout.shapes)):
-        if tuple(t.shape) != shape:
+        if t.shape != shape and tuple(t.shape) != shape:
             raise ValueError(f"pack: tensor {i} has shape {tuple(t.shape)}; the layout says {shape}.")
     if out is None:
         out = empty_like_family(tensors[0], (layout.total,), dst_dtype)
@@ -113,6 +113,65 @@ def pack(tensors, out=None, dtype=None, layout=None):
         for srcs, starts, count in _chunks(sources, layout.starts, pad):
             cpu.pack_chunk(flat, srcs, starts, count, mode)
     return out
+
+
+def reduce_pack(replicas, layout, divisor=None, out=None):
+    """Reduce each tensor's replicas straight into one flat buffer: pack and N-way reduce in
+    one pass, for host replicas (virtual CPU devices share memory, so nothing needs copying).
+
+    Args:
+        replicas: One sequence per tensor of its N replica arrays (host, one dtype, one shape
+            per tensor); ``layout`` lays the tensors out.
+        divisor: Divide each sum by this count (MEAN on float data), or None.
+        out: The flat result buffer (``layout.total`` long), or None for a new one.
+
+    Returns:
+        The flat buffer holding every tensor's reduction at its offset.
+    """
+    if len(replicas) != len(layout):
+        raise ValueError(f"reduce_pack: the layout describes {len(layout)} tensors, got {len(replicas)}.")
+    if not replicas:
+        raise ValueError("reduce_pack needs at least one tensor.")
+    dtype = np.dtype(replicas[0][0].dtype)
+    if dtype not in ("float32", "float64", "int32", "int64") or (divisor and dtype.kind == "i"):
+        raise ValueError(
+            f"reduce_pack works on float32/float64 and integer SUM, not {dtype}"
+            f"{' MEAN' if divisor else ''}; use pack() per replica and reduce_n() instead."
+        )
+    n = len(replicas[0])
+    flats = []
+    ndarray = np.ndarray
+    for k, group in enumerate(replicas):
+        shape = layout.shapes[k]
+        flat = []
+        for a in group:
+            if type(a) is not ndarray or a.dtype != dtype or a.shape != shape:
+                _reject_replica(a, k, shape, dtype)
+            flat.append(a if a.ndim == 1 and a.flags.c_contiguous else flat_host(a))
+        if len(flat) != n:
+            raise ValueError(f"reduce_pack: tensor {k} has {len(flat)} replicas, tensor 0 has {n}.")
+        flats.append(tuple(_same_type_tuple(flat)))
+    if out is None:
+        out = np.empty(layout.total, dtype)
+    else:
+        check_out(out, (layout.total,), dtype)
+    cpu = cpu_kernels()
+    pad = (flats[0][0][:0],) * n
+    for srcs, starts, count in _chunks(flats, layout.starts, pad):
+        cpu.reduce_pack_chunk(out, srcs, starts, count, divisor or 0)
+    return out
+
+
+def _reject_replica(a, k, shape, dtype):
+    if is_device_array(a):
+        raise ValueError("reduce_pack takes host arrays; on GPUs use pack() and reduce_n().")
+    if np.dtype(getattr(a, "dtype", object)) != dtype or tuple(a.shape) != shape:
+        raise ValueError(
+            f"reduce_pack: tensor {k} has a replica of shape {tuple(a.shape)} and dtype {a.dtype}; "
+            f"the layout says {shape} and the batch dtype is {dtype}."
+        )
+    if not isinstance(a, np.ndarray):
+        raise ValueError(f"reduce_pack: tensor {k} has a replica that is not an array: {type(a)}.")
 
 
 def unpack(flat, layout, out=None, dtype=None):

@@ -51,7 +51,7 @@ class FusionLayout:
                 f"A flat buffer of shape ({self.total},) is needed for {self!r}, got shape "
                 f"{tuple(flat.shape)}."
             )
-        return [flat[s:s + n].reshape(shape)
+        return [flat[s:s + n] if len(shape) == 1 else flat[s:s + n].reshape(shape)
                 for s, n, shape in zip(self.starts, self.sizes, self.shapes)]
 
 

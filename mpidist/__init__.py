@@ -6,6 +6,7 @@ no kernel compilation.
 """
 
 from mpidist import errors
+from mpidist.ops.all_reduce import AllReduceCrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce
 from mpidist.ops.cross_device_ops import CrossDeviceOps
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
 from mpidist.strategies.context import (
@@ -32,6 +33,9 @@ from mpidist.values.variables import Variable
 __version__ = "0.1.0"
 
 __all__ = [
+    "AllReduceCrossDeviceOps",
+    "HierarchicalCopyAllReduce",
+    "NcclAllReduce",
     "CrossDeviceOps",
     "DistributedValues",
     "DistributedVariable",

@@ -1,11 +1,15 @@
 """ReductionToOneDevice: gather every component on one device, reduce there, broadcast back."""
 
-from mpidist.backend import array_module, as_array
+import numpy as np
+
+from mpidist.backend import as_array, copy_to_device, device_context, device_of
 from mpidist.core.devices import parse_device
-from mpidist.kernels import reduce_n
+from mpidist.kernels import pack, reduce_n, reduce_pack
 from mpidist.ops.cross_device_ops import CrossDeviceOps, as_per_replica, check_same_shapes
 from mpidist.ops.destinations import resolve_devices, simple_broadcast
+from mpidist.ops.fusion_state import FusionState, bucket_values
 from mpidist.types import ReduceOp
+from mpidist.values.containers import Mirrored
 
 __all__ = ["ReductionToOneDevice"]
 
@@ -13,10 +17,15 @@ __all__ = ["ReductionToOneDevice"]
 class ReductionToOneDevice(CrossDeviceOps):
     """Reduce on one device, then copy the result to every destination.
 
+    ``batch_reduce`` packs the tensors of one dtype into one fusion buffer per replica and
+    reduces those in a single fused pass (TF loops over the pairs instead); the numbers are the
+    same as reducing each pair.
+
     Args:
         reduce_to_device: Device string to reduce on; the first destination device when None.
         accumulation_fn: ``fn(list_of_arrays) -> array`` combining the components (an N-way
-            sum when None). MEAN divides its result by the number of components.
+            sum when None). MEAN divides its result by the number of components. A custom
+            function sees each tensor separately, so batches are not fused.
     """
 
     def __init__(self, reduce_to_device=None, accumulation_fn=None):
@@ -24,6 +33,7 @@ class ReductionToOneDevice(CrossDeviceOps):
         if accumulation_fn is not None and not callable(accumulation_fn):
             raise TypeError(f"accumulation_fn must be callable, got {accumulation_fn!r}.")
         self.accumulation_fn = accumulation_fn
+        self._fusion = FusionState()
 
     def _reduce_device(self, per_replica_value, destinations):
         if self.reduce_to_device is not None:
@@ -38,12 +48,78 @@ class ReductionToOneDevice(CrossDeviceOps):
         arrays = [as_array(v, target) for v in value.values]
         check_same_shapes("reduce", arrays)
         n = len(arrays)
-        if self.accumulation_fn is not None:
-            reduced = self.accumulation_fn(list(arrays))
-            if reduce_op is ReduceOp.MEAN:
-                reduced = reduced / n
-        else:
-            reduced = reduce_n(arrays, divisor=n if reduce_op is ReduceOp.MEAN else None,
-                               xp=array_module(arrays[0]))
+        with device_context(target):
+            if self.accumulation_fn is not None:
+                reduced = self.accumulation_fn(list(arrays))
+                if reduce_op is ReduceOp.MEAN:
+                    reduced = reduced / n
+            else:
+                if len({a.dtype for a in arrays}) > 1:
+                    arrays = _common_dtype(arrays)
+                reduced = reduce_n(arrays, divisor=n if reduce_op is ReduceOp.MEAN else None)
         fresh = all(reduced is not a for a in arrays)
         return simple_broadcast(reduced, destinations, reuse=fresh)
+
+    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+        pairs = value_destination_pairs
+        if self.accumulation_fn is not None or len(pairs) < 2:
+            return super().batch_reduce_implementation(reduce_op, pairs, options)
+        values = [as_per_replica(v) for v, _ in pairs]
+        buckets, rest = bucket_values(values, [d for _, d in pairs])
+        results = [None] * len(pairs)
+        for i in rest:
+            results[i] = self.reduce_implementation(reduce_op, values[i], pairs[i][1], options)
+        for (dtype, sources, _), items in buckets.items():
+            if len(items) == 1:
+                i = items[0][0]
+                results[i] = self.reduce_implementation(reduce_op, values[i], pairs[i][1], options)
+                continue
+            destinations = pairs[items[0][0]][1]
+            device = self._reduce_device(values[items[0][0]], destinations)
+            self._reduce_bucket(reduce_op, items, sources, device, destinations, dtype, results)
+        return results
+
+    def _reduce_bucket(self, reduce_op, items, sources, device, destinations, dtype, results):
+        """Pack each replica's tensors, reduce the packs in one pass, unpack per destination."""
+        layout = self._fusion.layout(items)
+        divisor = len(sources) if reduce_op is ReduceOp.MEAN else None
+        on_host = not device.is_gpu and not any(s.is_gpu for s in sources)
+        direct = dtype.kind == "f" and dtype.itemsize >= 4 or dtype.kind == "i" and divisor is None
+        if on_host and direct:
+            # Host replicas share memory: reduce each tensor straight into the result buffer.
+            reduced = reduce_pack([arrays for _, arrays in items], layout, divisor)
+        else:
+            reduced = self._pack_and_reduce(items, sources, device, dtype, layout, divisor)
+        self._unpack_to(reduced, layout, items, destinations, results)
+
+    def _pack_and_reduce(self, items, sources, device, dtype, layout, divisor):
+        """Pack each replica's tensors on its device, bring the packs together, reduce."""
+        with self._fusion.lock:
+            flats = []
+            for r, source in enumerate(sources):
+                tensors = [arrays[r] for _, arrays in items]
+                with device_context(source if source.is_gpu else None):
+                    buf = self._fusion.pool.get(tensors[0], layout.total, dtype, slot=r)
+                    pack(tensors, out=buf, layout=layout)
+                if device_of(buf) != (device if device.is_gpu else None):
+                    buf = copy_to_device(buf, device if device.is_gpu else None)
+                flats.append(buf)
+            with device_context(device if device.is_gpu else None):
+                return reduce_n(flats, divisor=divisor)
+
+    @staticmethod
+    def _unpack_to(reduced, layout, items, destinations, results):
+        placed = simple_broadcast(reduced, destinations, reuse=True)
+        if not isinstance(placed, Mirrored):
+            for (i, _), view in zip(items, layout.views(placed)):
+                results[i] = view
+            return
+        per_device = [layout.views(flat) for flat in placed.values]
+        for k, (i, _) in enumerate(items):
+            results[i] = Mirrored([views[k] for views in per_device], placed.devices)
+
+
+def _common_dtype(arrays):
+    """Replicas that disagree in dtype are summed in their common type, as NumPy would."""
+    dtype = np.result_type(*[a.dtype for a in arrays])
+    return [a.astype(dtype, copy=False) for a in arrays]

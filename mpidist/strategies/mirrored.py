@@ -8,6 +8,8 @@ device and follow TF's ON_WRITE / ON_READ aggregation rules.
 from mpidist.backend import device_context, num_gpus
 from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec, parse_device
+from mpidist.comm.nccl import nccl_module
+from mpidist.ops.all_reduce import HierarchicalCopyAllReduce, NcclAllReduce
 from mpidist.ops.cross_device_ops import CrossDeviceOps, reduce_non_distributed_value
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
 from mpidist.strategies.replica_context import ReplicaContext
@@ -19,7 +21,7 @@ from mpidist.values.distributed_variables import MirroredVariable, SyncOnReadVar
 from mpidist.values.regroup import regroup, select_replica
 from mpidist.values.variables import Variable, _initial_array, as_aggregation, as_synchronization
 
-__all__ = ["MirroredStrategy"]
+__all__ = ["MirroredStrategy", "select_cross_device_ops"]
 
 
 def _default_devices():
@@ -27,6 +29,16 @@ def _default_devices():
     if gpus:
         return [DeviceSpec("GPU", i) for i in range(gpus)]
     return [DeviceSpec("CPU", 0)]
+
+
+def select_cross_device_ops(devices):
+    """The default CrossDeviceOps for ``devices``: NCCL between GPUs where NCCL loads, else
+    hierarchical copies between GPUs; ReductionToOneDevice when any device is a CPU."""
+    if devices and all(d.is_gpu for d in devices):
+        if len(devices) > 1 and nccl_module() is not None:
+            return NcclAllReduce()
+        return HierarchicalCopyAllReduce()
+    return ReductionToOneDevice()
 
 
 def _check_devices(devices):
@@ -59,14 +71,15 @@ class MirroredStrategy(Strategy):
     Args:
         devices: Device strings (``"/gpu:0"``, ``"/cpu:1"`` ...); all visible GPUs when None,
             else ``"/cpu:0"``. Several ``/cpu:N`` entries give N virtual CPU devices.
-        cross_device_ops: The CrossDeviceOps that combines values across devices
-            (ReductionToOneDevice when None).
+        cross_device_ops: The CrossDeviceOps that combines values across devices. When None:
+            NcclAllReduce on GPUs where NCCL loads, else HierarchicalCopyAllReduce on GPUs, and
+            ReductionToOneDevice when any device is a CPU (see ``select_cross_device_ops``).
     """
 
     def __init__(self, devices=None, cross_device_ops=None):
         specs = _default_devices() if devices is None else _check_devices(devices)
         if cross_device_ops is None:
-            cross_device_ops = ReductionToOneDevice()
+            cross_device_ops = select_cross_device_ops(specs)
         if not isinstance(cross_device_ops, CrossDeviceOps):
             raise TypeError(
                 "cross_device_ops must be a mpidist.CrossDeviceOps instance such as "

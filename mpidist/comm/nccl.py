@@ -1,0 +1,103 @@
+"""NCCL between the GPUs of one process, through CuPy's binding.
+
+One communicator per GPU, created together (``NcclCommunicator.initAll``) the first time a set
+of devices all-reduces, and kept: creating them costs milliseconds to seconds. Each GPU's
+NCCL calls run on a dedicated stream that waits for the caller's stream (inputs ready) and
+that the caller's stream then waits for (outputs ready), so no host synchronisation is needed.
+"""
+
+import threading
+
+import numpy as np
+
+from mpidist.backend import cupy_backend
+
+__all__ = ["nccl_module", "nccl_unavailable_reason", "LocalNcclGroup", "local_group"]
+
+_NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
+               "int32": "NCCL_INT32", "int64": "NCCL_INT64", "uint8": "NCCL_UINT8",
+               "int8": "NCCL_INT8", "uint32": "NCCL_UINT32", "uint64": "NCCL_UINT64"}
+_state = {"module": None, "error": None, "checked": False}
+_groups = {}
+_groups_lock = threading.Lock()
+
+
+def nccl_module():
+    """CuPy's ``cupy.cuda.nccl`` when NCCL can be loaded, else None."""
+    if not _state["checked"]:
+        _state["checked"] = True
+        if cupy_backend.get_cupy() is None:
+            _state["error"] = cupy_backend.unavailable_reason()
+        else:
+            try:
+                from cupy.cuda import nccl  # noqa: PLC0415 - loads libnccl
+
+                if getattr(nccl, "available", True):
+                    _state["module"] = nccl
+                else:
+                    _state["error"] = "CuPy was built without NCCL support"
+            except Exception as exc:  # ImportError when libnccl is missing
+                _state["error"] = f"{type(exc).__name__}: {exc}"
+    return _state["module"]
+
+
+def nccl_unavailable_reason():
+    nccl_module()
+    return _state["error"] or "NCCL is available"
+
+
+class LocalNcclGroup:
+    """NCCL communicators over the given local GPUs (one process drives them all)."""
+
+    def __init__(self, device_indices):
+        nccl = nccl_module()
+        if nccl is None:
+            raise RuntimeError(
+                f"NCCL cannot be used: {nccl_unavailable_reason()}. Install NCCL for CuPy "
+                "(pip install nvidia-nccl-cu12) or use mpidist.HierarchicalCopyAllReduce()."
+            )
+        cupy = cupy_backend.get_cupy()
+        self._nccl = nccl
+        self.device_indices = tuple(device_indices)
+        self._comms = nccl.NcclCommunicator.initAll(list(self.device_indices))
+        self._streams = []
+        for d in self.device_indices:
+            with cupy.cuda.Device(d):
+                self._streams.append(cupy.cuda.Stream(non_blocking=True))
+
+    def all_reduce_sum(self, sends, recvs):
+        """``recvs[j] = sum(sends)`` on every GPU j; arrays are contiguous, one per GPU."""
+        cupy = cupy_backend.get_cupy()
+        nccl = self._nccl
+        dtype = np.dtype(sends[0].dtype).name
+        if dtype not in _NCCL_TYPES:
+            raise TypeError(f"NCCL cannot all-reduce dtype {dtype}.")
+        code = getattr(nccl, _NCCL_TYPES[dtype])
+        callers = []
+        for d, stream in zip(self.device_indices, self._streams):
+            with cupy.cuda.Device(d):
+                caller = cupy.cuda.get_current_stream()
+                stream.wait_event(caller.record())
+                callers.append(caller)
+        nccl.groupStart()
+        try:
+            for comm, d, stream, send, recv in zip(self._comms, self.device_indices, self._streams,
+                                                   sends, recvs):
+                with cupy.cuda.Device(d):
+                    comm.allReduce(send.data.ptr, recv.data.ptr, send.size, code, nccl.NCCL_SUM,
+                                   stream.ptr)
+        finally:
+            nccl.groupEnd()
+        for d, stream, caller in zip(self.device_indices, self._streams, callers):
+            with cupy.cuda.Device(d):
+                caller.wait_event(stream.record())
+
+
+def local_group(device_indices):
+    """The cached LocalNcclGroup for these GPUs, created on first use."""
+    key = tuple(device_indices)
+    with _groups_lock:
+        group = _groups.get(key)
+        if group is None:
+            group = _groups[key] = LocalNcclGroup(key)
+        return group

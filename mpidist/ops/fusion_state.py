@@ -1,0 +1,67 @@
+"""What the fusing CrossDeviceOps share: sorting a batch into buckets that can travel in one
+fusion buffer, and the persistent per-instance state (buffer pool, cached layouts, a lock).
+
+A bucket holds the tensors of one dtype whose replicas sit on the same devices and go to the
+same destinations; each bucket is packed, reduced and unpacked as one flat buffer.
+"""
+
+import threading
+
+import numpy as np
+
+from mpidist.backend import as_array, is_array
+from mpidist.kernels import KERNEL_DTYPES, BufferPool, FusionLayout
+from mpidist.ops.destinations import resolve_devices
+
+__all__ = ["component_arrays", "bucket_values", "FusionState"]
+
+
+def component_arrays(value):
+    """The arrays of a PerReplica's components (scalars become 0-d arrays)."""
+    return [v if type(v) is np.ndarray or is_array(v) else as_array(v) for v in value.values]
+
+
+def bucket_values(values, destinations=None):
+    """Sort ``values`` into fusable buckets.
+
+    Args:
+        values: PerReplica values.
+        destinations: One destinations object per value, or None to bucket by source only.
+
+    Returns:
+        ``(buckets, rest)``: ``buckets`` maps ``(dtype, source devices, destination devices)``
+        to a list of ``(index, arrays)``; ``rest`` lists the indices that cannot be fused (a
+        dtype without a kernel, or replicas that disagree in shape or dtype: the per-value path
+        reports those).
+    """
+    buckets, rest = {}, []
+    for i, value in enumerate(values):
+        arrays = component_arrays(value)
+        first = arrays[0]
+        dtype, shape = first.dtype, first.shape
+        if dtype not in KERNEL_DTYPES or any(a.shape != shape or a.dtype != dtype
+                                            for a in arrays[1:]):
+            rest.append(i)
+            continue
+        dest = resolve_devices(destinations[i]) if destinations is not None else None
+        buckets.setdefault((dtype, resolve_devices(value), dest), []).append((i, arrays))
+    return buckets, rest
+
+
+class FusionState:
+    """Per-instance fusion buffers and layouts; ``lock`` guards the buffers while in use."""
+
+    def __init__(self):
+        self.pool = BufferPool()
+        self.lock = threading.Lock()
+        self._layouts = {}
+
+    def layout(self, items):
+        """The cached FusionLayout of a bucket's tensors (their replica-0 shapes)."""
+        shapes = tuple(arrays[0].shape for _, arrays in items)
+        layout = self._layouts.get(shapes)
+        if layout is None:
+            if len(self._layouts) > 256:  # a model has a few fixed layouts; bound the cache anyway
+                self._layouts.clear()
+            layout = self._layouts[shapes] = FusionLayout(shapes)
+        return layout
