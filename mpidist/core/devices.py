@@ -26,6 +26,17 @@ class DeviceSpec:
     replica: int = 0
     task: int = 0
 
+    def __post_init__(self):
+        # Specs key dicts on hot paths (fusion buckets); hash the fields once.
+        object.__setattr__(self, "_hash", hash((self.device_type, self.device_index, self.job,
+                                                self.replica, self.task)))
+
+    def __hash__(self):
+        return self._hash
+
+    def __reduce__(self):  # rebuild through __init__: string hashes differ between processes
+        return (DeviceSpec, (self.device_type, self.device_index, self.job, self.replica, self.task))
+
     @property
     def is_gpu(self):
         return self.device_type == "GPU"

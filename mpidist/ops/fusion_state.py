@@ -5,6 +5,7 @@ A bucket holds the tensors of one dtype whose replicas sit on the same devices a
 same destinations; each bucket is packed, reduced and unpacked as one flat buffer.
 """
 
+import sys
 import threading
 
 import numpy as np
@@ -43,8 +44,16 @@ def bucket_values(values, destinations=None):
                                             for a in arrays[1:]):
             rest.append(i)
             continue
-        dest = resolve_devices(destinations[i]) if destinations is not None else None
-        buckets.setdefault((dtype, resolve_devices(value), dest), []).append((i, arrays))
+        sources = resolve_devices(value)
+        if destinations is None:
+            dest = None
+        else:
+            dest = sources if destinations[i] is value else resolve_devices(destinations[i])
+        key = (dtype, sources, dest)
+        bucket = buckets.get(key)
+        if bucket is None:
+            bucket = buckets[key] = []
+        bucket.append((i, arrays))
     return buckets, rest
 
 
@@ -55,6 +64,26 @@ class FusionState:
         self.pool = BufferPool()
         self.lock = threading.Lock()
         self._layouts = {}
+        self._results = {}
+
+    def host_result(self, length, dtype):
+        """A host flat buffer for results handed to the caller.
+
+        Results are views into it, so it is only reused once the caller has dropped every one
+        of them (CPython's reference count says so); a fresh buffer otherwise. Reusing warm
+        memory spares the page faults of a new allocation, which cost more than the reduce
+        itself for batches of a few hundred KiB.
+        """
+        key = (dtype, length)
+        cached = self._results.setdefault(key, [])
+        for buf in cached:
+            # references: the list, the loop variable, getrefcount's argument
+            if sys.getrefcount(buf) <= 3:
+                return buf
+        buf = np.empty(length, dtype)
+        if len(cached) < 4:
+            cached.append(buf)
+        return buf
 
     def layout(self, items):
         """The cached FusionLayout of a bucket's tensors (their replica-0 shapes)."""

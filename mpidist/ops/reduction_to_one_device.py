@@ -87,7 +87,11 @@ class ReductionToOneDevice(CrossDeviceOps):
         direct = dtype.kind == "f" and dtype.itemsize >= 4 or dtype.kind == "i" and divisor is None
         if on_host and direct:
             # Host replicas share memory: reduce each tensor straight into the result buffer.
-            reduced = reduce_pack([arrays for _, arrays in items], layout, divisor)
+            with self._fusion.lock:
+                reduced = reduce_pack([arrays for _, arrays in items], layout, divisor,
+                                      out=self._fusion.host_result(layout.total, dtype))
+                self._unpack_to(reduced, layout, items, destinations, results, self._fusion)
+            return
         else:
             reduced = self._pack_and_reduce(items, sources, device, dtype, layout, divisor)
         self._unpack_to(reduced, layout, items, destinations, results)
@@ -108,8 +112,11 @@ class ReductionToOneDevice(CrossDeviceOps):
                 return reduce_n(flats, divisor=divisor)
 
     @staticmethod
-    def _unpack_to(reduced, layout, items, destinations, results):
-        placed = simple_broadcast(reduced, destinations, reuse=True)
+    def _unpack_to(reduced, layout, items, destinations, results, fusion=None):
+        if fusion is not None and all(d.is_cpu for d in resolve_devices(destinations)):
+            placed = _host_copies(reduced, destinations, fusion)
+        else:
+            placed = simple_broadcast(reduced, destinations, reuse=True)
         if not isinstance(placed, Mirrored):
             for (i, _), view in zip(items, layout.views(placed)):
                 results[i] = view
@@ -117,6 +124,19 @@ class ReductionToOneDevice(CrossDeviceOps):
         per_device = [layout.views(flat) for flat in placed.values]
         for k, (i, _) in enumerate(items):
             results[i] = Mirrored([views[k] for views in per_device], placed.devices)
+
+
+def _host_copies(reduced, destinations, fusion):
+    """``reduced`` for the first CPU destination, a recycled copy for each further one."""
+    devices = resolve_devices(destinations)
+    if len(devices) == 1:
+        return reduced
+    copies = [reduced]
+    for _ in devices[1:]:
+        copy = fusion.host_result(reduced.size, reduced.dtype)
+        np.copyto(copy, reduced)
+        copies.append(copy)
+    return Mirrored(copies, devices)
 
 
 def _common_dtype(arrays):
