@@ -106,8 +106,8 @@ def reduce_n(buffers, out=None, divisor=None, xp=None):
     if not integer_mean:
         return summed
     xp = _array_module(summed)
-    if out is None:
-        return xp.true_divide(summed, divisor)
+    if out is None:  # into an array: true_divide of a 0-d array alone would give a scalar
+        out = xp.empty(summed.shape, np.float64)
     xp.true_divide(summed, divisor, out=out)
     return out
 
@@ -148,7 +148,7 @@ def _reduce_library(buffers, out, divisor):
         return acc
     if acc.dtype.kind in "iub":
         if out is None:
-            return xp.true_divide(acc, divisor)
+            out = xp.empty(acc.shape, np.float64)
         xp.true_divide(acc, divisor, out=out)
         return out
     xp.true_divide(acc, divisor, out=acc)
