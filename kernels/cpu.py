@@ -10,6 +10,7 @@ while each inner loop is a plain vectorisable ``a + b``.
 """
 
 import math
+import os
 import threading
 
 import numpy as np
@@ -22,6 +23,9 @@ BLOCK = 4096  # elements per cache block
 # Below this many bytes moved, waking the thread pool costs more than it saves (measured on
 # the 2-core CI machine: the parallel kernel breaks even between 256 KiB and 1 MiB).
 PARALLEL_MIN_BYTES = 1 << 20
+# On fewer than 4 cores a busy neighbour (another rank, a replica thread) stalls the thread
+# pool's barrier: measured 50x slower than serial at 4 MiB under load on 2 cores. Serial there.
+PARALLEL = (os.cpu_count() or 1) >= 4
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 # Numba's workqueue threading layer aborts the process on concurrent parallel launches from
 # several threads (replica threads may reduce at once); serialise the parallel kernels.
@@ -121,7 +125,7 @@ def _reduce_half_parallel(out, bufs, divisor):
 
 
 def _launch(serial, parallel, out, bufs, divisor):
-    if out.nbytes * (len(bufs) + 1) >= PARALLEL_MIN_BYTES:
+    if PARALLEL and out.nbytes * (len(bufs) + 1) >= PARALLEL_MIN_BYTES:
         with _parallel_lock:
             parallel(out, bufs, divisor)
     else:
