@@ -144,16 +144,15 @@ def test_reduce_mean_matches_numpy(dtype, n, shape):
     got = reduce_n(bufs, divisor=n)
     expected = expected_mean(before, n)
     assert expected.dtype == (np.float64 if np.dtype(dtype).kind == "i" else dtype)
-    if shape == () and np.dtype(dtype).kind == "i":
-        # Known kernel bug (see test_reduce_integer_mean_of_0d_returns_an_array): a NumPy scalar.
-        got = np.asarray(got)
     assert_identical(got, expected)
     for b, orig in zip(bufs, before):
         assert_identical(b, orig)
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.int16],
+                         ids=lambda d: np.dtype(d).name)
 def test_reduce_integer_mean_of_0d_returns_an_array(dtype):
+    # np.true_divide of a 0-d array alone gives a NumPy scalar; reduce_n returns an array.
     got = reduce_n([np.array(3, dtype), np.array(4, dtype)], divisor=2)
     assert isinstance(got, np.ndarray) and got.shape == () and got.dtype == np.float64
     assert got == 3.5
@@ -258,6 +257,9 @@ class _Spy:
         "float16-sum", "float16-mean"])
 def test_reduce_large_buffers_take_parallel_kernel_and_match_numpy(monkeypatch, dtype, n, size,
                                                                     divisor):
+    # The parallel kernel runs only on >= 4 cores (kcpu.PARALLEL); force it so it is checked
+    # on any machine.
+    monkeypatch.setattr(kcpu, "PARALLEL", True)
     half = np.dtype(dtype) == np.float16
     serial_name = "_reduce_half_serial" if half else "_reduce_serial"
     parallel_name = "_reduce_half_parallel" if half else "_reduce_parallel"
@@ -279,15 +281,21 @@ def test_reduce_large_buffers_take_parallel_kernel_and_match_numpy(monkeypatch, 
         assert_identical(b, orig)
 
 
-def test_reduce_small_buffers_take_serial_kernel(monkeypatch):
+@pytest.mark.parametrize("parallel_allowed,size,expected_calls", [
+    (True, 1000, (1, 0)),      # small: serial even where the thread pool is allowed
+    (False, 300_000, (1, 0)),  # large, but too few cores: serial
+    (True, 300_000, (0, 1)),
+])
+def test_reduce_serial_or_parallel_kernel(monkeypatch, parallel_allowed, size, expected_calls):
+    monkeypatch.setattr(kcpu, "PARALLEL", parallel_allowed)
     serial = _Spy(kcpu._reduce_serial)
     parallel = _Spy(kcpu._reduce_parallel)
     monkeypatch.setattr(kcpu, "_reduce_serial", serial)
     monkeypatch.setattr(kcpu, "_reduce_parallel", parallel)
-    bufs = make_buffers(np.float32, (1000,), 3)
-    assert 1000 * 4 * 4 < kcpu.PARALLEL_MIN_BYTES
+    bufs = make_buffers(np.float32, (size,), 3)
+    assert (size * 4 * 4 >= kcpu.PARALLEL_MIN_BYTES) == (size > 1000)
     assert_identical(reduce_n(bufs), expected_sum(bufs))
-    assert (serial.calls, parallel.calls) == (1, 0)
+    assert (serial.calls, parallel.calls) == expected_calls
 
 
 # --------------------------------------------------------------------------------------------
