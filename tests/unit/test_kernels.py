@@ -720,7 +720,8 @@ def test_unpack_from_float16_to_float32_matches_astype():
     for g, view in zip(got, layout.views(flat)):
         assert_identical(g, view.astype(np.float32))
     outs = [np.empty(s, np.float64) for s in shapes]
-    assert unpack(flat, layout, out=outs) is not None
+    returned = unpack(flat, layout, out=outs)
+    assert len(returned) == len(outs) and all(r is o for r, o in zip(returned, outs))
     for o, view in zip(outs, layout.views(flat)):
         assert_identical(o, view.astype(np.float64))
 
