@@ -21,7 +21,7 @@ from mpidist import kernels
 from mpidist.backend import num_gpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from core_overhead import SIZES, interleaved  # noqa: E402 - shared timing helpers
+from core_overhead import SIZES, bench_reduce, interleaved  # noqa: E402 - shared helpers
 
 TF_MIRRORED_US = {"4 KiB": "350-549", "256 KiB": "636-699", "4 MiB": "1425-1781",
                   "64 MiB": "11144-18543"}
@@ -61,23 +61,6 @@ def bench_gpu_kernel_bandwidth(n, nbytes, rounds):
 def per_replica_values(strategy, fn):
     return strategy.experimental_distribute_values_from_function(
         lambda ctx: fn(ctx.replica_id_in_sync_group))
-
-
-def bench_strategy_reduce(strategy, nbytes, rounds):
-    n = strategy.num_replicas_in_sync
-    count = nbytes // 4
-    values = per_replica_values(strategy, lambda i: np.full(count, i + 1, np.float32))
-    arrays = list(strategy.experimental_local_results(values))
-    np.testing.assert_array_equal(strategy.reduce("SUM", values, axis=None), n * (n + 1) / 2)
-
-    def numpy_sum():
-        out = arrays[0].copy()
-        for a in arrays[1:]:
-            np.add(out, a, out=out)
-        return out
-
-    return interleaved({"numpy": numpy_sum,
-                        "mpidist": lambda: strategy.reduce("SUM", values, axis=None)}, rounds)
 
 
 def bench_batch(strategy, rounds, tensors=100, elements=1000):
@@ -127,7 +110,7 @@ def main(argv=None):
     for n in args.replicas:
         strategy = mpidist.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
         for label in sizes:
-            t = bench_strategy_reduce(strategy, SIZES[label], args.rounds)
+            t = bench_reduce(strategy, SIZES[label], args.rounds)
             print(f"| {n} | {label} | {t['numpy']:.1f} | {t['mpidist']:.1f} | "
                   f"{t['mpidist'] / t['numpy']:.2f}x | {TF_MIRRORED_US[label]} |")
             rows.append(("reduce", n, label, t))

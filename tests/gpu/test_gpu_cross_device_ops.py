@@ -51,9 +51,16 @@ def test_cuda_pack_unpack_round_trip_and_cast():
 def test_gpu_ops_reduce_and_batch(make_ops):
     _need_gpus(1)
     ops = make_ops()
-    if isinstance(ops, mpidist.NcclAllReduce) and nccl_module() is None:
-        pytest.skip("NCCL is not available to CuPy here")
     n = mpidist.backend.num_gpus()
+    if isinstance(ops, mpidist.NcclAllReduce) and nccl_module() is None and n > 1:
+        # Without NCCL the op must say so clearly, not fail somewhere inside CuPy.
+        s = mpidist.MirroredStrategy([f"/gpu:{i}" for i in range(n)], cross_device_ops=ops)
+        import cupy
+
+        v = s.run(lambda: cupy.ones(4, cupy.float32))
+        with pytest.raises(RuntimeError, match="NCCL cannot be used: .*HierarchicalCopyAllReduce"):
+            s.reduce("SUM", v, axis=None)
+        return
     s = mpidist.MirroredStrategy([f"/gpu:{i}" for i in range(n)], cross_device_ops=ops)
     import cupy
 
