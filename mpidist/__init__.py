@@ -5,7 +5,7 @@ changing only the strategy object. Importing mpidist initialises nothing: no MPI
 no kernel compilation.
 """
 
-from mpidist import errors
+from mpidist import cluster_resolver, errors, experimental
 from mpidist.ops.all_reduce import AllReduceCrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce
 from mpidist.ops.cross_device_ops import CrossDeviceOps
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
@@ -18,6 +18,7 @@ from mpidist.strategies.context import (
 )
 from mpidist.strategies.default import get_default_strategy as _get_default_strategy
 from mpidist.strategies.mirrored import MirroredStrategy
+from mpidist.strategies.multi_worker_mirrored import MultiWorkerMirroredStrategy
 from mpidist.strategies.one_device import OneDeviceStrategy
 from mpidist.strategies.replica_context import ReplicaContext
 from mpidist.strategies.strategy import Strategy, StrategyExtended
@@ -42,6 +43,7 @@ __all__ = [
     "Mirrored",
     "MirroredStrategy",
     "MirroredVariable",
+    "MultiWorkerMirroredStrategy",
     "OneDeviceStrategy",
     "PerReplica",
     "ReduceOp",
@@ -54,7 +56,9 @@ __all__ = [
     "Variable",
     "VariableAggregation",
     "VariableSynchronization",
+    "cluster_resolver",
     "errors",
+    "experimental",
     "experimental_set_strategy",
     "get_replica_context",
     "get_strategy",

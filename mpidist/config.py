@@ -31,6 +31,29 @@ def _env_bool(name, default):
     return default
 
 
+def _env_number(name, default, kind=float, off=None):
+    """A non-negative number from ``name``; ``off`` (e.g. None) for ``off``/``never``."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    value = raw.strip().lower()
+    if value in ("off", "never", "none"):
+        return off
+    try:
+        number = kind(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        warnings.warn(
+            f"{name}={raw!r} is not a non-negative {kind.__name__} (or 'off'). Using the default "
+            f"{default}.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return default
+    return number
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Settings read once from the environment.
@@ -38,16 +61,32 @@ class Config:
     Attributes:
         log_level: ``MPIDIST_LOG`` (``""`` = silent, ``info``, ``debug``).
         gpu_aware_mpi: ``MPIDIST_GPU_AWARE_MPI``: hand device buffers straight to MPI.
+        check_collectives: ``MPIDIST_CHECK_COLLECTIVES``: ranks agree on a fingerprint of
+            each collective (sequence number, operation, dtype, shape) before moving data.
+        stall_warning_seconds: ``MPIDIST_STALL_SECONDS``: a collective without a timeout that
+            has waited this long logs which ranks are missing (None: never).
+        shm_min_bytes: ``MPIDIST_SHM_MIN_BYTES``: all-reduces of at least this many bytes
+            between ranks of one node use the shared-memory path (None: never).
+        abort_on_exception: ``MPIDIST_ABORT_ON_EXCEPTION``: an uncaught exception on any rank
+            of a multi-rank job ends the whole job (MPI_Abort) after printing its traceback.
     """
 
     log_level: str = ""
     gpu_aware_mpi: bool = False
+    check_collectives: bool = True
+    stall_warning_seconds: float = 60.0
+    shm_min_bytes: int = 256 * 1024
+    abort_on_exception: bool = True
 
     @classmethod
     def from_env(cls):
         return cls(
             log_level=os.environ.get("MPIDIST_LOG", "").strip().lower(),
             gpu_aware_mpi=_env_bool("MPIDIST_GPU_AWARE_MPI", False),
+            check_collectives=_env_bool("MPIDIST_CHECK_COLLECTIVES", True),
+            stall_warning_seconds=_env_number("MPIDIST_STALL_SECONDS", 60.0),
+            shm_min_bytes=_env_number("MPIDIST_SHM_MIN_BYTES", 256 * 1024, kind=int),
+            abort_on_exception=_env_bool("MPIDIST_ABORT_ON_EXCEPTION", True),
         )
 
 

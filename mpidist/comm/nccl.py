@@ -12,7 +12,7 @@ import numpy as np
 
 from mpidist.backend import cupy_backend
 
-__all__ = ["nccl_module", "nccl_unavailable_reason", "LocalNcclGroup", "local_group"]
+__all__ = ["nccl_module", "nccl_unavailable_reason", "LocalNcclGroup", "local_group", "RankNcclGroup"]
 
 _NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
                "int32": "NCCL_INT32", "int64": "NCCL_INT64", "uint8": "NCCL_UINT8",
@@ -101,3 +101,59 @@ def local_group(device_indices):
         if group is None:
             group = _groups[key] = LocalNcclGroup(key)
         return group
+
+
+class RankNcclGroup:
+    """NCCL across MPI ranks: one GPU per rank, the communicator bootstrapped over MPI.
+
+    Rank 0 creates the NCCL unique id and the MPI communicator hands it to every rank, which
+    then joins with its own GPU. ``all_reduce_sum`` enqueues on the caller's current stream;
+    a ``timeout`` polls that stream and aborts the NCCL communicator when it passes, raising
+    DeadlineExceededError instead of leaving a kernel spinning forever.
+
+    Args:
+        communicator: The ``comm.communicator.Communicator`` of the ranks.
+        device_index: This rank's GPU.
+    """
+
+    def __init__(self, communicator, device_index):
+        nccl = nccl_module()
+        if nccl is None:
+            raise RuntimeError(
+                "CommunicationImplementation.NCCL was requested but NCCL cannot be used: "
+                f"{nccl_unavailable_reason()}. Use CommunicationImplementation.RING (MPI) or "
+                "install CuPy with NCCL (pip install 'mpidist[cuda12]')."
+            )
+        cupy = cupy_backend.get_cupy()
+        self._nccl = nccl
+        self._cupy = cupy
+        self.device_index = device_index
+        uid = nccl.get_unique_id() if communicator.rank == 0 else None
+        uid = communicator.all_gather_object(uid)[0]
+        with cupy.cuda.Device(device_index):
+            self._comm = nccl.NcclCommunicator(communicator.size, uid, communicator.rank)
+
+    def all_reduce_sum(self, buf, timeout=None):
+        """Sum the CuPy array ``buf`` over all ranks, in place, on the current stream."""
+        from mpidist.errors import DeadlineExceededError  # noqa: PLC0415
+
+        nccl = self._nccl
+        dtype = getattr(nccl, _NCCL_TYPES[str(buf.dtype)])
+        with self._cupy.cuda.Device(self.device_index):
+            stream = self._cupy.cuda.get_current_stream()
+            self._comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, dtype, nccl.NCCL_SUM, stream.ptr)
+            if timeout is None:
+                return buf
+            import time  # noqa: PLC0415
+
+            deadline = time.monotonic() + timeout
+            while not stream.done:
+                if time.monotonic() >= deadline:
+                    self._comm.abort()
+                    raise DeadlineExceededError(
+                        f"Collective has timed out during execution: NCCL all-reduce of "
+                        f"{buf.dtype}[{buf.size}] on GPU {self.device_index} did not complete "
+                        f"within {timeout:g} s; the NCCL communicator was aborted."
+                    )
+                time.sleep(1e-4)
+        return buf

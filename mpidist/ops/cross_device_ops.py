@@ -102,6 +102,12 @@ class CrossDeviceOps:
 
     def _gather(self, per_replica_value, destinations, axis, options=None):
         """Concatenate the components along ``axis`` and place the result on ``destinations``."""
+        gathered, _ = self._concat_local(per_replica_value, axis)
+        return simple_broadcast(gathered, destinations, reuse=True)
+
+    @staticmethod
+    def _concat_local(per_replica_value, axis):
+        """``(concatenation of the local components along axis, the axis made non-negative)``."""
         value = as_per_replica(per_replica_value)
         arrays = [as_array(v) for v in value.values]
         for i, a in enumerate(arrays):
@@ -120,7 +126,7 @@ class CrossDeviceOps:
                     f"gather: replica values may differ only along axis {axis}; replica 0 has shape "
                     f"{arrays[0].shape} but replica {i} has shape {a.shape}."
                 )
-        return simple_broadcast(np.concatenate(arrays, axis=ax), destinations, reuse=True)
+        return np.concatenate(arrays, axis=ax), ax
 
 
 def check_value_destination_pair(pair):

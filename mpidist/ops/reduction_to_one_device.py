@@ -56,9 +56,21 @@ class ReductionToOneDevice(CrossDeviceOps):
             else:
                 if len({a.dtype for a in arrays}) > 1:
                     arrays = _common_dtype(arrays)
-                reduced = reduce_n(arrays, divisor=n if reduce_op is ReduceOp.MEAN else None)
-        fresh = all(reduced is not a for a in arrays)
+                reduced = reduce_n(arrays, divisor=self._local_divisor(reduce_op, n))
+            fresh = all(reduced is not a for a in arrays)
+            if fresh:
+                reduced = self._across_workers(reduced, reduce_op, options)
         return simple_broadcast(reduced, destinations, reuse=fresh)
+
+    # -- hooks for the cross-worker subclass ----------------------------------------------
+    def _local_divisor(self, reduce_op, num_local):
+        """What the local reduce divides by: the local count for MEAN here, since this op's
+        replicas are all local."""
+        return num_local if reduce_op is ReduceOp.MEAN else None
+
+    def _across_workers(self, reduced, reduce_op, options, layout=None):
+        """Combine this worker's locally reduced buffer with the other workers' (none here)."""
+        return reduced
 
     def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
         pairs = value_destination_pairs
@@ -76,13 +88,15 @@ class ReductionToOneDevice(CrossDeviceOps):
                 continue
             destinations = pairs[items[0][0]][1]
             device = self._reduce_device(values[items[0][0]], destinations)
-            self._reduce_bucket(reduce_op, items, sources, device, destinations, dtype, results)
+            self._reduce_bucket(reduce_op, items, sources, device, destinations, dtype, results,
+                                options)
         return results
 
-    def _reduce_bucket(self, reduce_op, items, sources, device, destinations, dtype, results):
+    def _reduce_bucket(self, reduce_op, items, sources, device, destinations, dtype, results,
+                       options=None):
         """Pack each replica's tensors, reduce the packs in one pass, unpack per destination."""
         layout = self._fusion.layout(items)
-        divisor = len(sources) if reduce_op is ReduceOp.MEAN else None
+        divisor = self._local_divisor(reduce_op, len(sources))
         on_host = not device.is_gpu and not any(s.is_gpu for s in sources)
         direct = dtype.kind == "f" and dtype.itemsize >= 4 or dtype.kind == "i" and divisor is None
         if on_host and direct:
@@ -90,10 +104,11 @@ class ReductionToOneDevice(CrossDeviceOps):
             with self._fusion.lock:
                 reduced = reduce_pack([arrays for _, arrays in items], layout, divisor,
                                       out=self._fusion.host_result(layout.total, dtype))
+                reduced = self._across_workers(reduced, reduce_op, options, layout)
                 self._unpack_to(reduced, layout, items, destinations, results, self._fusion)
             return
-        else:
-            reduced = self._pack_and_reduce(items, sources, device, dtype, layout, divisor)
+        reduced = self._pack_and_reduce(items, sources, device, dtype, layout, divisor)
+        reduced = self._across_workers(reduced, reduce_op, options, layout)
         self._unpack_to(reduced, layout, items, destinations, results)
 
     def _pack_and_reduce(self, items, sources, device, dtype, layout, divisor):

@@ -99,7 +99,9 @@ class _MirroredExtended(StrategyExtended):
         self._runner = ReplicaRunner(container_strategy, self._device_specs, self._make_replica_context)
 
     def _make_replica_context(self, index):
-        return ReplicaContext(self._container_strategy(), index + self._replica_id_offset())
+        ctx = ReplicaContext(self._container_strategy(), index + self._replica_id_offset())
+        ctx._local_replica_id = index  # ids are global; components are indexed locally
+        return ctx
 
     # -- run ------------------------------------------------------------------------------
     def _check_distributed_args(self, args, kwargs):
@@ -203,6 +205,7 @@ class _MirroredExtended(StrategyExtended):
             synchronization = VariableSynchronization.ON_WRITE
         with state.device_scope(self._device_specs[0]):
             initial = _initial_array(initial_value, dtype, shape)
+        initial = self._initial_value_for_workers(initial)
         if aggregation is VariableAggregation.MEAN and initial.dtype.kind not in "fc":
             raise ValueError(
                 "creating distributed mpidist.Variable with aggregation=MEAN and a non-floating dtype "
@@ -221,6 +224,10 @@ class _MirroredExtended(StrategyExtended):
                 synchronization=synchronization, aggregation=aggregation, device=device))
         cls = SyncOnReadVariable if synchronization is VariableSynchronization.ON_READ else MirroredVariable
         return cls(self._container_strategy(), components, aggregation)
+
+    def _initial_value_for_workers(self, initial):
+        """The value every copy starts from; one process has nothing to agree on."""
+        return initial
 
     def read_var(self, v):
         if isinstance(v, Variable):

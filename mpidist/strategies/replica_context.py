@@ -7,6 +7,7 @@ from mpidist.core import nest, state
 from mpidist.strategies.context import require_replica_context
 from mpidist.types import as_reduce_op
 from mpidist.values.containers import PerReplica
+from mpidist.values.regroup import contains_distributed, select_replica
 
 __all__ = ["ReplicaContext"]
 
@@ -99,9 +100,11 @@ class ReplicaContext:
                           is_default=strategy._is_default)
         state.push_mode(mode)
         try:
-            return merge_fn(strategy, *args, **kwargs)
+            merged = merge_fn(strategy, *args, **kwargs)
         finally:
             state.pop_mode(mode)
+        # The one local replica gets its component, as each thread does with several.
+        return select_replica(0, merged) if contains_distributed(merged) else merged
 
     def _is_single_replica(self):
         return self._strategy.num_replicas_in_sync == 1

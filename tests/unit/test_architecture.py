@@ -17,10 +17,11 @@ LAYERS = [
     ("kernels", ["mpidist.kernels"]),
     ("backend", ["mpidist.backend"]),
     ("comm", ["mpidist.comm"]),
+    ("cluster", ["mpidist.cluster_resolver"]),
     ("values", ["mpidist.values"]),
     ("ops", ["mpidist.ops"]),
     ("strategies", ["mpidist.strategies"]),
-    ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli"]),
+    ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli", "mpidist.experimental"]),
 ]
 
 

@@ -1,0 +1,398 @@
+"""Communicator: buffer collectives across MPI ranks that never hang silently.
+
+Every collective goes through one path:
+
+1. the rank records on the progress board that it entered collective #seq;
+2. unless checks are off, the ranks agree on a fingerprint of the call (sequence number,
+   operation, dtype, shape, reduce op, root) with one 16-byte all-reduce; a disagreement
+   raises the same clear InvalidArgumentError on every rank before any data moves;
+3. the data moves as buffers (never pickled) through a non-blocking MPI collective, or the
+   shared-memory path for large all-reduces inside a node, polled against a deadline: past
+   ``timeout`` it raises DeadlineExceededError naming the ranks that never arrived.
+
+After a timeout the communicator is broken (an MPI request is left pending): further calls
+raise UnavailableError, and at exit the rank aborts the job so that no peer waits forever.
+"""
+
+import atexit
+import logging
+import os
+import threading
+import time
+import zlib
+
+import numpy as np
+
+from mpidist.comm.board import ProgressBoard
+from mpidist.comm.mpi import check_launch, install_abort_on_exception, mpi_module, abort_job
+from mpidist.comm.shared_memory import SharedMemoryAllReduce
+from mpidist.config import get_config
+from mpidist.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
+from mpidist.kernels.arrays import is_device_array
+
+__all__ = ["Communicator", "CollectiveCall", "world_communicator"]
+
+log = logging.getLogger("mpidist.comm")
+
+_REDUCE_OPS = ("sum", "max", "min", "prod")
+_world = None
+_world_lock = threading.Lock()
+
+
+class CollectiveCall:
+    """What one rank asked for: the operation and the fields that every rank must agree on."""
+
+    __slots__ = ("operation", "fields")
+
+    def __init__(self, operation, **fields):
+        self.operation = operation
+        self.fields = tuple(fields.items())
+
+    def describe(self):
+        inner = ", ".join(f"{k}={_show(v)}" for k, v in self.fields)
+        return f"{self.operation}({inner})"
+
+    def fingerprint(self, seq):
+        return (seq << 32) | zlib.crc32(repr((self.operation, self.fields)).encode())
+
+
+def _show(value):
+    if isinstance(value, tuple):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def world_communicator():
+    """The process-wide Communicator over MPI_COMM_WORLD (created on first use, collectively)."""
+    global _world
+    with _world_lock:
+        if _world is None:
+            _world = Communicator()
+        return _world
+
+
+class Communicator:
+    """Collectives over an MPI communicator, with topology, checks and deadlines.
+
+    Creating one is collective over ``comm`` (it is duplicated, so mpidist's traffic never
+    matches the application's own MPI calls).
+
+    Args:
+        comm: An ``mpi4py.MPI.Comm``; COMM_WORLD when None.
+    """
+
+    def __init__(self, comm=None):
+        mpi = mpi_module()
+        self._mpi = mpi
+        base = mpi.COMM_WORLD if comm is None else comm
+        if comm is None:
+            check_launch(base.Get_size())
+        self._comm = base.Dup()
+        self._control = base.Dup()  # board exchange after a timeout, off the data path
+        self.rank = self._comm.Get_rank()
+        self.size = self._comm.Get_size()
+        self._node = self._comm.Split_type(mpi.COMM_TYPE_SHARED, key=self.rank)
+        self.local_rank = self._node.Get_rank()
+        self.local_size = self._node.Get_size()
+        node_ranks = self._node.allgather(self.rank)
+        hosts_and_sizes = self._comm.allgather((mpi.Get_processor_name(), self.local_size,
+                                                min(node_ranks)))
+        self.hosts = [h for h, _, _ in hosts_and_sizes]
+        leaders = sorted({leader for _, _, leader in hosts_and_sizes})
+        self.node_index = leaders.index(min(node_ranks))
+        self.num_nodes = len(leaders)
+        self._board = ProgressBoard(mpi, self._node, node_ranks)
+        uniform = len({s for _, s, _ in hosts_and_sizes}) == 1
+        cross = self._comm.Split(self.local_rank, self.rank) if self.num_nodes > 1 and uniform else None
+        self._shm = SharedMemoryAllReduce(mpi, self._node, cross) if uniform and self.local_size > 1 \
+            else None
+        self._seq = 0
+        self._broken = None
+        self._lock = threading.RLock()
+        self._fp_send = np.zeros(2, dtype=np.int64)
+        self._fp_recv = np.zeros(2, dtype=np.int64)
+        config = get_config()
+        self.check_collectives = config.check_collectives
+        self.shm_min_bytes = config.shm_min_bytes
+        self._gpu_aware = config.gpu_aware_mpi
+        self._stall_seconds = config.stall_warning_seconds
+        if self.size > 1:
+            install_abort_on_exception()
+        atexit.register(self._at_exit)
+
+    # -- public collectives -------------------------------------------------------------
+    def all_reduce(self, buf, op="sum", timeout=None):
+        """Reduce ``buf`` (a C-contiguous host or GPU array) over all ranks, in place."""
+        op = op.lower()
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"all_reduce op must be one of {_REDUCE_OPS}, got {op!r}.")
+        if is_device_array(buf) and not self._gpu_aware:
+            host = buf.get()
+            self.all_reduce(host, op, timeout)
+            buf.set(host)
+            return buf
+        call = CollectiveCall("all_reduce", op=op, dtype=str(buf.dtype), shape=tuple(buf.shape))
+        with self._collective(call, timeout) as wait:
+            if self.size == 1:
+                return buf
+            _synchronize_stream(buf)
+            if op == "sum" and self._use_shared_memory(buf):
+                self._shm.all_reduce(buf, wait)
+            else:
+                wait(self._comm.Iallreduce(self._mpi.IN_PLACE, buf, self._mpi_op(op)),
+                     "all-reduce")
+        return buf
+
+    def broadcast(self, buf, root=0, timeout=None):
+        """Copy ``buf`` of rank ``root`` into ``buf`` of every rank, in place."""
+        if is_device_array(buf) and not self._gpu_aware:
+            host = buf.get()
+            self.broadcast(host, root, timeout)
+            buf.set(host)
+            return buf
+        call = CollectiveCall("broadcast", root=root, dtype=str(buf.dtype), shape=tuple(buf.shape))
+        with self._collective(call, timeout) as wait:
+            if self.size > 1:
+                _synchronize_stream(buf)
+                wait(self._comm.Ibcast(buf, root=root), "broadcast")
+        return buf
+
+    def all_gather(self, array, timeout=None):
+        """Concatenate every rank's ``array`` along axis 0, in rank order (host arrays).
+
+        The leading dimension may differ between ranks; the rest of the shape and the dtype
+        may not.
+        """
+        array = np.ascontiguousarray(array)
+        if array.ndim == 0:
+            raise ValueError("all_gather needs arrays with at least one dimension, got a scalar.")
+        call = CollectiveCall("all_gather", dtype=str(array.dtype), trailing_shape=array.shape[1:])
+        with self._collective(call, timeout) as wait:
+            if self.size == 1:
+                return array.copy()
+            counts = np.zeros(self.size, dtype=np.int64)
+            mine = np.array([array.size], dtype=np.int64)
+            wait(self._comm.Iallgather(mine, counts), "all-gather of sizes")
+            out = np.empty(int(counts.sum()), dtype=array.dtype)
+            displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            wait(self._comm.Iallgatherv(array.reshape(-1),
+                                        [out, (counts.tolist(), displs.tolist())]),
+                 "all-gather")
+        rows = out.size // max(1, int(np.prod(array.shape[1:], dtype=np.int64)))
+        return out.reshape((rows,) + array.shape[1:])
+
+    def all_gather_object(self, obj, timeout=None):
+        """Every rank's picklable ``obj``, in rank order (for small metadata only)."""
+        import pickle  # noqa: PLC0415 - only metadata takes this path
+
+        payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+        with self._unchecked(timeout):
+            gathered = self._gather_bytes(payload, timeout)
+        return [pickle.loads(part.tobytes()) for part in gathered]
+
+    def barrier(self, timeout=None):
+        with self._collective(CollectiveCall("barrier"), timeout) as wait:
+            if self.size > 1:
+                wait(self._comm.Ibarrier(), "barrier")
+
+    # -- the one path every collective takes --------------------------------------------
+    def _collective(self, call, timeout):
+        return _CollectiveScope(self, call, timeout)
+
+    def _unchecked(self, timeout):
+        return _CollectiveScope(self, CollectiveCall("all_gather_object"), timeout, check=False)
+
+    def _gather_bytes(self, payload, timeout):
+        wait = self._waiter(CollectiveCall("all_gather_object"), timeout)
+        if self.size == 1:
+            return [payload]
+        counts = np.zeros(self.size, dtype=np.int64)
+        wait(self._comm.Iallgather(np.array([payload.size], dtype=np.int64), counts),
+             "all-gather of sizes")
+        out = np.empty(int(counts.sum()), dtype=np.uint8)
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        wait(self._comm.Iallgatherv(payload, [out, (counts.tolist(), displs.tolist())]), "all-gather")
+        return [out[d:d + c] for d, c in zip(displs, counts)]
+
+    def _agree(self, call, wait):
+        fp = call.fingerprint(self._seq)
+        self._fp_send[0], self._fp_send[1] = fp, -fp
+        wait(self._comm.Iallreduce(self._fp_send, self._fp_recv, self._mpi.MAX),
+             "fingerprint agreement")
+        if self._fp_recv[0] != -self._fp_recv[1]:
+            self._mismatch(call, wait)
+
+    def _mismatch(self, call, wait):
+        # Every rank saw the disagreement (MAX and -MAX differ for all), so all gather this.
+        import pickle  # noqa: PLC0415
+
+        mine = np.frombuffer(pickle.dumps((self._seq, call.operation, call.fields)), dtype=np.uint8)
+        parts = [pickle.loads(p.tobytes()) for p in self._gather_bytes(mine, None)]
+        groups = {}
+        for rank, part in enumerate(parts):
+            groups.setdefault(part, []).append(rank)
+        lines = [f"ranks {_ranks(r)} are at collective #{seq} "
+                 f"{CollectiveCall(op, **dict(fields)).describe()}"
+                 for (seq, op, fields), r in groups.items()]
+        differing = _differing_fields(list(groups))
+        raise InvalidArgumentError(
+            f"Ranks issued different collectives (seen on rank {self.rank}): " + "; ".join(lines)
+            + (f". They differ in: {', '.join(differing)}" if differing else "")
+            + ". Every rank must issue the same collectives in the same order, with the same "
+            "shapes, dtypes and reduce ops (run the same program on every rank, and give every "
+            "rank a batch at every step)."
+        )
+
+    def _waiter(self, call, timeout):
+        """A ``wait(request, what)`` that polls ``request`` against the deadline."""
+        stall = self._stall_seconds
+
+        def wait(request, what):
+            if request.Test():
+                return
+            start = time.monotonic()
+            deadline = None if timeout is None else start + timeout
+            warn_at = None if stall is None or deadline is not None else start + stall
+            spins = 0
+            while not request.Test():
+                spins += 1
+                if spins & 63:
+                    continue
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    self._timed_out(call, what, timeout)
+                if warn_at is not None and now >= warn_at:
+                    log.warning("%s", self._stall_report(call, what, now - start))
+                    warn_at = None
+                if now - start > 1e-3:
+                    os.sched_yield()  # oversubscribed ranks: let the peer we wait for run
+
+        return wait
+
+    def _timed_out(self, call, what, timeout):
+        report = self._missing_report(call, grace=min(2.0, timeout))
+        self._broken = (f"collective #{self._seq} {call.describe()} timed out on rank "
+                        f"{self.rank}")
+        raise DeadlineExceededError(
+            f"Collective has timed out during execution: collective #{self._seq} "
+            f"{call.describe()} ({what}) did not complete within {timeout:g} s on rank "
+            f"{self.rank}. {report} The job cannot continue: this rank ends the job when it "
+            "exits (set a larger CommunicationOptions(timeout_seconds=...) if a rank is just slow)."
+        )
+
+    def _stall_report(self, call, what, waited):
+        return (f"rank {self.rank} has waited {waited:.0f} s in collective #{self._seq} "
+                f"{call.describe()} ({what}). {self._missing_report(call, grace=0.5)}")
+
+    def _missing_report(self, call, grace):
+        known = self._board.exchange(self._control, self.size, grace) if self.num_nodes > 1 \
+            else self._board.snapshot()
+        missing, details = [], []
+        for rank in range(self.size):
+            progress = known.get(rank)
+            if progress is None:
+                missing.append(rank)
+                details.append(f"rank {rank} (on {self.hosts[rank]}) is not waiting in any collective")
+            elif progress.entered < self._seq:
+                missing.append(rank)
+                state = "finished it" if progress.completed >= progress.entered else "is still in it"
+                last = (f"last entered collective #{progress.entered} ({progress.operation}) and "
+                        f"{state}") if progress.entered else "has not entered any collective"
+                details.append(f"rank {rank} {last}")
+            elif progress.entered > self._seq:
+                details.append(f"rank {rank} is already at collective #{progress.entered} "
+                               f"({progress.operation})")
+        if missing:
+            return f"Ranks that never arrived: {_ranks(missing)} ({'; '.join(details)})."
+        extra = f" ({'; '.join(details)})" if details else ""
+        return ("Every rank entered it, so a peer stopped responding inside the collective "
+                f"(a crashed process or a network failure){extra}.")
+
+    def _mpi_op(self, op):
+        return {"sum": self._mpi.SUM, "max": self._mpi.MAX, "min": self._mpi.MIN,
+                "prod": self._mpi.PROD}[op]
+
+    def _use_shared_memory(self, buf):
+        return (self._shm is not None and self.shm_min_bytes is not None
+                and buf.nbytes >= self.shm_min_bytes and not is_device_array(buf)
+                and self._shm.supports(buf))
+
+    def _check_usable(self):
+        if self._broken is not None:
+            raise UnavailableError(
+                f"mpidist's communicator was aborted by an earlier failure ({self._broken}) and "
+                "cannot run more collectives; restart the job (from a checkpoint)."
+            )
+
+    def _at_exit(self):
+        if self._broken is not None:
+            abort_job(f"ending the job because {self._broken}.")
+        if self.size == 1 or self._mpi.Is_finalized():
+            return
+        # Ranks that ran a different number of collectives meet here instead of leaving a
+        # peer waiting forever in one the others never entered.
+        try:
+            with self._collective(CollectiveCall("finalize"), None):
+                pass
+        except InvalidArgumentError as err:
+            abort_job(f"at exit: {err}")
+
+
+class _CollectiveScope:
+    """``with comm._collective(call, timeout) as wait:`` — board, agreement, completion."""
+
+    __slots__ = ("_comm", "_call", "_timeout", "_check", "_wait")
+
+    def __init__(self, comm, call, timeout, check=True):
+        self._comm = comm
+        self._call = call
+        self._timeout = timeout
+        self._check = check
+
+    def __enter__(self):
+        comm = self._comm
+        comm._lock.acquire()
+        try:
+            comm._check_usable()
+            comm._seq += 1
+            comm._board.enter(comm._seq, self._call.operation)
+            self._wait = comm._waiter(self._call, self._timeout)
+            if self._check and comm.check_collectives and comm.size > 1:
+                comm._agree(self._call, self._wait)
+        except BaseException:
+            comm._lock.release()
+            raise
+        return self._wait
+
+    def __exit__(self, exc_type, exc, tb):
+        comm = self._comm
+        if exc_type is None:
+            comm._board.complete(comm._seq)
+        comm._lock.release()
+        return False
+
+
+def _synchronize_stream(buf):
+    """GPU-aware MPI reads device memory directly: finish the work that writes it first."""
+    if is_device_array(buf):
+        import cupy  # noqa: PLC0415 - only with GPU arrays
+
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def _ranks(ranks):
+    return "[" + ", ".join(str(r) for r in ranks) + "]"
+
+
+def _differing_fields(entries):
+    """Names of the fields that differ between the groups ``(seq, op, fields)``."""
+    names = []
+    if len({e[0] for e in entries}) > 1:
+        names.append("sequence number")
+    if len({e[1] for e in entries}) > 1:
+        names.append("operation")
+    keys = {k for e in entries for k, _ in e[2]}
+    for key in sorted(keys):
+        if len({dict(e[2]).get(key) for e in entries}) > 1:
+            names.append(key)
+    return names

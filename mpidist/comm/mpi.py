@@ -1,0 +1,125 @@
+"""The MPI library: imported on first use, checked against the launcher, and made to end the
+whole job when one rank fails.
+
+Importing this module initialises nothing; ``mpi_module()`` imports mpi4py (which calls
+MPI_Init_thread) the first time a communicator is needed.
+"""
+
+import os
+import sys
+import threading
+import traceback
+
+from mpidist.config import get_config
+
+__all__ = ["mpi_module", "check_launch", "launcher_world_size", "install_abort_on_exception",
+           "abort_job", "rank_label"]
+
+# Variables through which launchers announce how many tasks they started.
+LAUNCHER_SIZE_VARIABLES = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
+                           "PMI_SIZE")
+
+_lock = threading.Lock()
+_hook_installed = False
+
+
+def mpi_module():
+    """``mpi4py.MPI``, imported now; a clear ImportError when mpi4py is missing."""
+    try:
+        from mpi4py import MPI  # noqa: PLC0415 - MPI starts only when a communicator is needed
+    except ImportError as err:
+        raise ImportError(
+            "MultiWorkerMirroredStrategy needs mpi4py and an MPI library: pip install "
+            "'mpidist[mpi]' (MPICH wheels), or build mpi4py against your cluster's MPI "
+            f"(pip install mpi4py). Import failed with: {err}"
+        ) from err
+    return MPI
+
+
+def launcher_world_size(environ=None):
+    """``(variable, size)`` of the first launcher variable that announces a task count, else None.
+
+    Under Slurm the step's own count wins over the job's (``srun -n 2`` in a 4-task job).
+    """
+    environ = os.environ if environ is None else environ
+    for name in LAUNCHER_SIZE_VARIABLES:
+        raw = environ.get(name, "").strip()
+        if raw.isdigit():
+            return name, int(raw)
+    return None
+
+
+def check_launch(size, environ=None):
+    """Raise RuntimeError when the launcher started more tasks than MPI sees.
+
+    The classic failure: ``srun`` without the right ``--mpi=`` plugin, or an ``mpiexec`` from
+    another MPI than mpi4py's, starts N processes that each initialise MPI alone (size 1), so
+    N copies of the job would train N separate models.
+    """
+    announced = launcher_world_size(environ)
+    if announced is None:
+        return
+    name, expected = announced
+    if expected == size:
+        return
+    if name.startswith("SLURM") and size > 1 and expected < size:
+        return  # an MPI launcher inside a Slurm allocation may start more ranks than the step
+    mpi = "the MPI library mpi4py was built with"
+    if size == 1:
+        raise RuntimeError(
+            f"The launcher started {expected} tasks ({name}={expected}) but MPI reports a world of "
+            f"size 1 on this process: every task is running alone and would train its own model. "
+            f"Fix: under Slurm use `srun --mpi=pmix` (or the plugin your MPI supports; see `srun "
+            f"--mpi=list`) or launch with the `mpiexec` of {mpi}; outside Slurm, use the "
+            f"`mpiexec` that belongs to {mpi} (compare `mpiexec --version` with "
+            f"`python -c 'from mpi4py import MPI; print(MPI.Get_library_version())'`)."
+        )
+    raise RuntimeError(
+        f"The launcher announced {expected} tasks ({name}={expected}) but MPI reports a world of "
+        f"size {size}. Launch with the `mpiexec`/`srun --mpi=...` that matches {mpi}, or unset "
+        f"{name} if it was inherited from another job."
+    )
+
+
+def rank_label():
+    """``"rank R of N on HOST"`` for messages, without starting MPI if it is not running."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return "a process without MPI"
+    world = mpi.COMM_WORLD
+    return f"rank {world.Get_rank()} of {world.Get_size()} on {mpi.Get_processor_name()}"
+
+
+def abort_job(message, code=1):
+    """Print ``message`` (prefixed with this rank) to stderr and end every rank of the job."""
+    sys.stderr.write(f"[mpidist {rank_label()}] {message}\n")
+    sys.stderr.flush()
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.COMM_WORLD.Abort(code)
+    os._exit(code)
+
+
+def install_abort_on_exception():
+    """Make an uncaught exception on this rank end the whole job, with its traceback printed.
+
+    Without it the other ranks wait forever in their next collective (mpi4py's own remedy is
+    ``python -m mpi4py script.py``). Off with ``MPIDIST_ABORT_ON_EXCEPTION=0``.
+    """
+    global _hook_installed
+    if not get_config().abort_on_exception:
+        return
+    with _lock:
+        if _hook_installed:
+            return
+        previous = sys.excepthook
+
+        def hook(exc_type, exc, tb):
+            if issubclass(exc_type, KeyboardInterrupt) or issubclass(exc_type, SystemExit):
+                previous(exc_type, exc, tb)
+                return
+            text = "".join(traceback.format_exception(exc_type, exc, tb))
+            abort_job(f"uncaught exception; ending the job on every rank:\n{text}", code=1)
+
+        sys.excepthook = hook
+        _hook_installed = True

@@ -1,0 +1,97 @@
+"""All-reduce through MPI-3 shared memory: the ranks of a node reduce straight from each
+other's buffers.
+
+Each rank copies its buffer into its slot of a shared window; rank r then sums chunk r of
+every slot with the fused kernel (one pass over p inputs) and writes the result into its own
+slot's chunk r, which no other rank reads; after a barrier every rank copies the p reduced
+chunks out. Across nodes, rank r's chunk is all-reduced with the ranks of the same local rank
+on the other nodes (the hierarchical layout), so each node still moves only 1/p per rank.
+"""
+
+import numpy as np
+
+from mpidist.kernels import reduce_n
+from mpidist.kernels.arrays import KERNEL_DTYPES
+
+__all__ = ["SharedMemoryAllReduce"]
+
+_PAGE = 4096
+
+
+class SharedMemoryAllReduce:
+    """SUM all-reduce of host buffers over one node's shared memory.
+
+    Args:
+        mpi: The ``mpi4py.MPI`` module.
+        node: Communicator of this node's ranks.
+        cross: Communicator of the ranks with this local rank on every node, or None for a
+            single-node job.
+    """
+
+    def __init__(self, mpi, node, cross):
+        self._mpi = mpi
+        self._node = node
+        self._cross = cross
+        self._rank = node.Get_rank()
+        self._size = node.Get_size()
+        self._window = None
+        self._capacity = 0
+        self._slots = []
+
+    @staticmethod
+    def supports(array):
+        return array.dtype in KERNEL_DTYPES and array.flags.c_contiguous
+
+    def _ensure_capacity(self, nbytes):
+        # Every rank asks for the same size (the fingerprint check agreed on it), so the
+        # collective re-allocation happens on all of them together.
+        if nbytes <= self._capacity:
+            return
+        capacity = max(nbytes, 2 * self._capacity)
+        capacity = -(-capacity // _PAGE) * _PAGE
+        if self._window is not None:
+            self._slots = []
+            self._window.Free()
+        self._window = self._mpi.Win.Allocate_shared(capacity, 1, comm=self._node)
+        self._slots = [np.frombuffer(self._window.Shared_query(q)[0], dtype=np.uint8)
+                       for q in range(self._size)]
+        self._capacity = capacity
+
+    def all_reduce(self, buf, wait):
+        """Sum ``buf`` (C-contiguous host array) over all ranks, in place.
+
+        ``wait(request, what)`` completes a non-blocking MPI request or raises; the
+        communicator passes its deadline-aware wait so a lost peer becomes a timeout.
+        """
+        flat = buf.reshape(-1)
+        n = flat.size
+        self._ensure_capacity(flat.nbytes)
+        slots = [s[:flat.nbytes].view(flat.dtype) for s in self._slots]
+        mine = slots[self._rank]
+        np.copyto(mine, flat)
+        wait(self._node.Ibarrier(), "shared-memory barrier before the reduce")
+        lo, hi = _chunk(n, self._rank, self._size)
+        if hi > lo:
+            others = [s[lo:hi] for q, s in enumerate(slots) if q != self._rank]
+            reduce_n([mine[lo:hi], *others], out=mine[lo:hi])
+            if self._cross is not None:
+                wait(self._cross.Iallreduce(self._mpi.IN_PLACE, mine[lo:hi], self._mpi.SUM),
+                     "all-reduce across nodes")
+        wait(self._node.Ibarrier(), "shared-memory barrier after the reduce")
+        for q, slot in enumerate(slots):
+            lo, hi = _chunk(n, q, self._size)
+            flat[lo:hi] = slot[lo:hi]
+        # Nobody may overwrite a slot while another rank still copies its chunk out.
+        wait(self._node.Ibarrier(), "shared-memory barrier after the copy-out")
+        return buf
+
+    def free(self):
+        if self._window is not None:
+            self._slots = []
+            self._window.Free()
+            self._window = None
+            self._capacity = 0
+
+
+def _chunk(n, index, parts):
+    return n * index // parts, n * (index + 1) // parts

@@ -1,0 +1,112 @@
+"""CollectiveAllReduce: reduce across the devices of every worker (MPI rank).
+
+Hierarchical: each worker first reduces its own replicas in-process with the fused kernels
+(exactly as ReductionToOneDevice does), then one all-reduce per pack crosses the workers
+(MPI, or the node's shared memory for large buffers), and the result is copied to the local
+destinations. ``batch_reduce`` packs every tensor of one dtype into a persistent buffer and
+sends it in packs of ``bytes_per_pack``; MEAN divides by the global replica count once, after
+the sum, as TF's collective ops do.
+"""
+
+import numpy as np
+
+from mpidist.backend import as_array, copy_to_device
+from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
+from mpidist.kernels.layout import group_by_size
+from mpidist.ops.cross_device_ops import as_per_replica, normalize_pairs
+from mpidist.ops.destinations import simple_broadcast, validate_destinations
+from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
+from mpidist.types import ReduceOp, as_reduce_op
+
+__all__ = ["CollectiveAllReduce", "DEFAULT_BYTES_PER_PACK"]
+
+# bytes_per_pack=0 means "let mpidist choose": packs this large keep per-collective overhead
+# negligible while bounding the buffer a single MPI call moves (DDP uses 25 MiB buckets).
+DEFAULT_BYTES_PER_PACK = 32 * 1024 * 1024
+
+
+class CollectiveAllReduce(ReductionToOneDevice):
+    """All-reduce across workers through a Communicator.
+
+    Args:
+        communicator: The ``mpidist.comm.Communicator`` of the workers.
+        num_replicas_in_sync: Replicas over all workers (MEAN divides by it).
+        options: The strategy's CommunicationOptions; per-call options are merged onto them.
+        nccl_group: An NCCL communicator across ranks (``comm.nccl.RankNcclGroup``) used for
+            GPU buffers when the implementation is NCCL, else None.
+    """
+
+    def __init__(self, communicator, num_replicas_in_sync, options=None, nccl_group=None):
+        super().__init__()
+        self._comm = communicator
+        self._group_size = int(num_replicas_in_sync)
+        self._options = options if options is not None else CommunicationOptions()
+        self._nccl = nccl_group
+
+    # Workers always talk, even when this worker has one replica: TF's single-replica
+    # shortcuts of the base class would skip the other workers.
+    def reduce(self, reduce_op, per_replica_value, destinations, options=None):
+        reduce_op = as_reduce_op(reduce_op)
+        validate_destinations(destinations)
+        return self.reduce_implementation(reduce_op, as_per_replica(per_replica_value),
+                                          destinations, options)
+
+    def batch_reduce(self, reduce_op, value_destination_pairs, options=None):
+        reduce_op = as_reduce_op(reduce_op)
+        return self.batch_reduce_implementation(reduce_op, normalize_pairs(value_destination_pairs),
+                                                options)
+
+    def _local_divisor(self, reduce_op, num_local):
+        return None  # the global count divides once, after the cross-worker sum
+
+    def _across_workers(self, reduced, reduce_op, options, layout=None):
+        opts = self._options.merge(options)
+        flat = reduced.reshape(-1)
+        if layout is None or len(layout) == 1:
+            self._all_reduce(flat, opts)
+        else:
+            for lo, hi in _pack_ranges(layout, flat.itemsize, opts.bytes_per_pack):
+                self._all_reduce(flat[lo:hi], opts)
+        if reduce_op is ReduceOp.MEAN:
+            if reduced.dtype.kind == "f":
+                reduced /= reduced.dtype.type(self._group_size)
+            else:
+                reduced = reduced / self._group_size  # integer MEAN is true division, float64
+        return reduced
+
+    def _all_reduce(self, buf, opts):
+        if self._nccl is not None and opts.implementation is not CommunicationImplementation.RING \
+                and not isinstance(buf, np.ndarray):
+            self._nccl.all_reduce_sum(buf, timeout=opts.timeout_seconds)
+            return
+        self._comm.all_reduce(buf, "sum", timeout=opts.timeout_seconds)
+
+    def broadcast_implementation(self, tensor, destinations):
+        return simple_broadcast(tensor, destinations)  # every worker already holds its value
+
+    def _gather(self, per_replica_value, destinations, axis, options=None):
+        """Concatenate along ``axis`` the components of every replica of every worker."""
+        opts = self._options.merge(options)
+        local, ax = self._concat_local(per_replica_value, axis)
+        host = np.moveaxis(np.asarray(copy_to_device(local, None)), ax, 0)
+        gathered = self._comm.all_gather(np.ascontiguousarray(host), timeout=opts.timeout_seconds)
+        result = np.moveaxis(gathered, 0, ax)
+        return simple_broadcast(as_array(result), destinations, reuse=True)
+
+
+def _pack_ranges(layout, itemsize, bytes_per_pack):
+    """Element ranges of the flat buffer, one per pack.
+
+    TF groups the tensors in reverse order (last layer first) with ``group_by_size``; a group
+    of consecutive tensors in that order is a contiguous range of the flat buffer.
+    """
+    limit = bytes_per_pack or DEFAULT_BYTES_PER_PACK
+    sizes = list(layout.sizes)[::-1]
+    groups = group_by_size([s * itemsize for s in sizes], limit)
+    ranges = []
+    end = layout.total
+    for group in groups:
+        count = sum(sizes[i] for i in group)
+        ranges.append((end - count, end))
+        end -= count
+    return ranges

@@ -1,0 +1,181 @@
+"""MultiWorkerMirroredStrategy: synchronous replicas on every MPI rank (worker).
+
+Each rank is a worker whose local devices are its replicas (MirroredStrategy inside the
+rank); values cross ranks through CollectiveAllReduce over the world communicator. The
+numbers are those of a MirroredStrategy with the same total replicas.
+"""
+
+import numpy as np
+
+from mpidist.backend import as_array, num_gpus
+from mpidist.cluster_resolver import ClusterResolver, MPIClusterResolver
+from mpidist.cluster_resolver.multi_worker import (
+    id_in_cluster,
+    is_chief,
+    num_workers,
+    validate_cluster_spec,
+)
+from mpidist.comm.communicator import world_communicator
+from mpidist.comm.nccl import RankNcclGroup, nccl_module
+from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
+from mpidist.core.devices import DeviceSpec, parse_device
+from mpidist.ops.collective_all_reduce import CollectiveAllReduce
+from mpidist.strategies.mirrored import _MirroredExtended
+from mpidist.strategies.strategy import Strategy
+from mpidist.types import ReduceOp
+from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
+
+__all__ = ["MultiWorkerMirroredStrategy"]
+
+
+class MultiWorkerMirroredStrategy(Strategy):
+    """Synchronous data parallelism across MPI ranks (``tf.distribute.MultiWorkerMirroredStrategy``).
+
+    Launch the same program on every rank (``mpiexec -n N python train.py`` or ``srun``).
+    Rank 0 is the chief. Creating the strategy is collective: every rank must create it.
+
+    Args:
+        cluster_resolver: Who this worker is and which devices it drives. The default,
+            ``MPIClusterResolver()``, takes the ranks of MPI_COMM_WORLD as workers and gives
+            each one GPU chosen by its node-local rank (or one CPU device without GPUs). A
+            TFConfigClusterResolver or SlurmClusterResolver is checked against the MPI rank.
+        communication_options: ``mpidist.experimental.CommunicationOptions``: pack size,
+            timeout and implementation for every collective; per-call options merge onto them.
+    """
+
+    def __init__(self, cluster_resolver=None, communication_options=None):
+        if communication_options is None:
+            communication_options = CommunicationOptions()
+        if not isinstance(communication_options, CommunicationOptions):
+            raise ValueError(
+                "communication_options must be an instance of "
+                "mpidist.experimental.CommunicationOptions"
+            )
+        if cluster_resolver is None:
+            cluster_resolver = MPIClusterResolver()
+        if not isinstance(cluster_resolver, ClusterResolver):
+            raise ValueError(
+                "cluster_resolver must be an instance of mpidist.cluster_resolver.ClusterResolver"
+            )
+        super().__init__(_MultiWorkerExtended(self, cluster_resolver, communication_options))
+        self._init_args = (cluster_resolver, communication_options)
+
+    def __deepcopy__(self, memo):
+        return MultiWorkerMirroredStrategy(*self._init_args)
+
+
+def _worker_identity(resolver, comm):
+    """``(task_type, task_id, worker_id, is_chief)`` of this rank, checked against MPI."""
+    spec = resolver.cluster_spec()
+    if not spec:
+        return "worker", comm.rank, comm.rank, comm.rank == 0
+    task_type, task_id = resolver.task_type, resolver.task_id
+    validate_cluster_spec(spec, task_type, task_id)
+    worker_id = id_in_cluster(spec, task_type, task_id)
+    workers = num_workers(spec, task_type)
+    if workers != comm.size or worker_id != comm.rank:
+        raise ValueError(
+            f"The cluster resolver makes this process {task_type}:{task_id} (worker {worker_id} "
+            f"of {workers}) but it is MPI rank {comm.rank} of {comm.size}. mpidist's workers are "
+            "the MPI ranks: give the resolver one task per rank in rank order (or use the "
+            "default MPIClusterResolver)."
+        )
+    return task_type, task_id, worker_id, is_chief(spec, task_type, task_id)
+
+
+def _local_devices(resolver, comm, task_type, task_id):
+    if isinstance(resolver, MPIClusterResolver):
+        specs = [parse_device(d) for d in resolver.local_devices()]
+    else:
+        gpus = int(resolver.num_accelerators().get("GPU", 0))
+        gpus = min(gpus, num_gpus()) if gpus else 0
+        specs = [DeviceSpec("GPU", i) for i in range(gpus)] or [DeviceSpec("CPU", 0)]
+    return [s.with_task(task_type, task_id) for s in specs]
+
+
+class _MultiWorkerExtended(_MirroredExtended):
+    def __init__(self, container_strategy, resolver, options):
+        comm = world_communicator()
+        task_type, task_id, worker_id, chief = _worker_identity(resolver, comm)
+        devices = _local_devices(resolver, comm, task_type, task_id)
+        counts = comm.all_gather_object(len(devices))
+        self._comm = comm
+        self._num_workers = comm.size
+        self._is_chief = chief
+        self._global_replicas = sum(counts)
+        self._offset = sum(counts[:worker_id])
+        self._communication_options = options
+        nccl = _nccl_group(comm, devices, options)
+        ops = CollectiveAllReduce(comm, self._global_replicas, options, nccl)
+        super().__init__(container_strategy, devices, ops)
+        self._cluster_resolver = resolver
+        self._task_type, self._task_id = task_type, task_id
+
+    @property
+    def _num_replicas_in_sync(self):
+        return self._global_replicas
+
+    def _replica_id_offset(self):
+        return self._offset
+
+    # -- roles ----------------------------------------------------------------------------
+    @property
+    def should_checkpoint(self):
+        return self._is_chief
+
+    @property
+    def should_save_summary(self):
+        return self._is_chief
+
+    @property
+    def experimental_between_graph(self):
+        return True
+
+    # -- values from one worker -----------------------------------------------------------
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        if self._num_workers > 1 and not isinstance(value, DistributedValues):
+            return self._reduce_worker_value(reduce_op, value, destinations, options)
+        return super()._reduce_to(reduce_op, value, destinations, options)
+
+    def _reduce_worker_value(self, reduce_op, value, destinations, options):
+        """A plain value is this worker's own (as in TF): SUM adds the workers' values, MEAN
+        averages them. (TF divides by the replica count instead, which is the same with one
+        replica per worker and wrong with more.)"""
+        summed = self._cross_device_ops.reduce(ReduceOp.SUM, PerReplica([as_array(value)]),
+                                               destinations, options)
+        if reduce_op is ReduceOp.SUM:
+            return summed
+        if isinstance(summed, Mirrored):
+            return Mirrored([v / self._num_workers for v in summed.values], summed.devices)
+        return summed / self._num_workers
+
+    def _all_reduce_leaves(self, reduce_op, per_leaf, options):
+        # With one local replica the leaves arrive bare; they are still that replica's values.
+        wrapped = [v if isinstance(v, DistributedValues) else PerReplica([v], self._device_specs)
+                   for v in per_leaf]
+        return self._batch_reduce_to(reduce_op, [(v, v) for v in wrapped], options)
+
+    def _gather(self, value, axis):
+        if self._num_workers > 1 and not isinstance(value, DistributedValues):
+            value = PerReplica([as_array(value)], self._device_specs[:1])
+        return super()._gather(value, axis)
+
+    def _initial_value_for_workers(self, initial):
+        """Every worker starts from the chief's value, whatever its own initializer drew."""
+        if self._num_workers == 1:
+            return initial
+        buf = initial.copy() if not isinstance(initial, np.ndarray) else np.array(initial, copy=True)
+        return self._comm.broadcast(buf, root=0,
+                                    timeout=self._communication_options.timeout_seconds)
+
+
+def _nccl_group(comm, devices, options):
+    """An NCCL communicator across ranks where it applies: GPU replicas and NCCL (asked for,
+    or AUTO with NCCL loadable); CPU replicas always use MPI, as TF falls back to RING."""
+    implementation = options.implementation
+    if comm.size == 1 or not all(d.is_gpu for d in devices) or \
+            implementation is CommunicationImplementation.RING:
+        return None
+    if implementation is CommunicationImplementation.AUTO and nccl_module() is None:
+        return None
+    return RankNcclGroup(comm, devices[0].device_index)
