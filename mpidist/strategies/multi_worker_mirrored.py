@@ -160,6 +160,15 @@ class _MultiWorkerExtended(_MirroredExtended):
             value = PerReplica([as_array(value)], self._device_specs[:1])
         return super()._gather(value, axis)
 
+    def _first_replica_value(self, value):
+        """Replica 0 of the whole job lives on the chief: every worker takes its value. (TF
+        takes each worker's own first replica, so the workers' copies drift apart.)"""
+        first = super()._first_replica_value(value)
+        if self._num_workers == 1:
+            return first
+        buf = np.array(as_array(first), copy=True)
+        return self._comm.broadcast(buf, root=0, timeout=self._communication_options.timeout_seconds)
+
     def _initial_value_for_workers(self, initial):
         """Every worker starts from the chief's value, whatever its own initializer drew."""
         if self._num_workers == 1:

@@ -290,6 +290,10 @@ class StrategyExtended:
             return tensor
         return self._broadcast_to(tensor, destinations)
 
+    def _first_replica_value(self, value):
+        """Replica 0's component of ``value`` (for ONLY_FIRST_REPLICA updates)."""
+        return self._local_results(value)[0]
+
     def _reduce(self, reduce_op, value):
         device = state.current_device() or self._host_device()
         result = self.reduce_to(reduce_op, value, device)

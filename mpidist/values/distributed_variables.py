@@ -152,8 +152,7 @@ class MirroredVariable(DistributedVariable):
     def _merge_update(self, strategy, kind, value, read_value):
         extended = strategy.extended
         if self._aggregation is VariableAggregation.ONLY_FIRST_REPLICA:
-            first = strategy.experimental_local_results(value)[0]
-            reduced = extended.broadcast_to(first, self)
+            reduced = extended.broadcast_to(extended._first_replica_value(value), self)
         else:
             op = ReduceOp.from_variable_aggregation(self._aggregation)
             reduced = extended.reduce_to(op, value, self)

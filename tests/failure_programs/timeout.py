@@ -1,0 +1,43 @@
+"""The last rank sleeps before a collective that the others enter with a short timeout.
+
+Usage: ``timeout.py TIMEOUT SLEEP MODE``. The others must raise DeadlineExceededError after
+about TIMEOUT seconds naming the sleeping rank, and the job must end long before the sleep is
+over. MODE ``uncaught``: the error propagates (the excepthook aborts the job). MODE ``caught``:
+each waiting rank catches it, checks that the broken communicator refuses more collectives,
+waits for the other waiting ranks (plain mpi4py barrier) and exits normally; the communicator
+then ends the job at exit.
+"""
+
+import sys
+import time
+
+from mpi4py import MPI
+
+import mpidist
+from _common import arg, make_strategy, now, say, train_step
+
+timeout, sleep, mode = arg(1, 1.0), arg(2, 6.0), sys.argv[3]
+strategy, rank, size = make_strategy(timeout)
+last = size - 1
+waiting = MPI.COMM_WORLD.Split(MPI.UNDEFINED if rank == last else 0, rank)
+train_step(strategy)
+if rank == last:
+    say(f"rank {rank}: sleeping {sleep:g} s")
+    time.sleep(sleep)
+    say(f"rank {rank}: woke up (the job should have ended already)")
+    train_step(strategy)
+    sys.exit(0)
+start = now()
+if mode == "uncaught":
+    train_step(strategy)
+try:
+    train_step(strategy)
+    say(f"rank {rank}: collective completed (must not happen)")
+except mpidist.errors.DeadlineExceededError as err:
+    say(f"rank {rank}: {type(err).__name__} after {now() - start:.2f} s: {err}")
+try:
+    train_step(strategy)
+except mpidist.errors.UnavailableError as err:
+    say(f"rank {rank}: next collective: {type(err).__name__}: {err}")
+waiting.Barrier()
+say(f"rank {rank}: exiting")
