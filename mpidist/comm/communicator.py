@@ -103,9 +103,10 @@ class Communicator:
         self.num_nodes = len(leaders)
         self._board = ProgressBoard(mpi, self._node, node_ranks)
         uniform = len({s for _, s, _ in hosts_and_sizes}) == 1
-        cross = self._comm.Split(self.local_rank, self.rank) if self.num_nodes > 1 and uniform else None
-        self._shm = SharedMemoryAllReduce(mpi, self._node, cross) if uniform and self.local_size > 1 \
-            else None
+        self._cross = self._comm.Split(self.local_rank, self.rank) \
+            if self.num_nodes > 1 and uniform else None
+        self._shm = SharedMemoryAllReduce(mpi, self._node, self._cross) \
+            if uniform and self.local_size > 1 else None
         self._seq = 0
         self._broken = None
         self._lock = threading.RLock()
@@ -327,7 +328,10 @@ class Communicator:
     def _at_exit(self):
         if self._broken is not None:
             abort_job(f"ending the job because {self._broken}.")
-        if self.size == 1 or self._mpi.Is_finalized():
+        if self._mpi.Is_finalized():
+            return
+        if self.size == 1:
+            self._free()
             return
         # Ranks that ran a different number of collectives meet here instead of leaving a
         # peer waiting forever in one the others never entered.
@@ -336,6 +340,18 @@ class Communicator:
                 pass
         except InvalidArgumentError as err:
             abort_job(f"at exit: {err}")
+        self._free()
+
+    def _free(self):
+        """Release windows and communicators before MPI_Finalize, which fails on some
+        fabrics (OFI: "fabricclose failed ... busy") while they are still allocated."""
+        if self._shm is not None:
+            self._shm.free()
+        self._board.free()
+        for comm in (self._cross, self._node, self._control, self._comm):
+            if comm is not None:
+                comm.Free()
+        self._broken = "the communicator was freed at exit"
 
 
 class _CollectiveScope:
