@@ -35,6 +35,7 @@ __all__ = ["Communicator", "CollectiveCall", "world_communicator"]
 log = logging.getLogger("mpidist.comm")
 
 _REDUCE_OPS = ("sum", "max", "min", "prod")
+_CRC_CACHE = {}
 _world = None
 _world_lock = threading.Lock()
 
@@ -53,7 +54,13 @@ class CollectiveCall:
         return f"{self.operation}({inner})"
 
     def fingerprint(self, seq):
-        return (seq << 32) | zlib.crc32(repr((self.operation, self.fields)).encode())
+        key = (self.operation, self.fields)
+        crc = _CRC_CACHE.get(key)
+        if crc is None:
+            if len(_CRC_CACHE) > 4096:  # a program has a few fixed collectives; bound anyway
+                _CRC_CACHE.clear()
+            crc = _CRC_CACHE[key] = zlib.crc32(repr(key).encode())
+        return (seq << 32) | crc
 
 
 def _show(value):
@@ -109,6 +116,7 @@ class Communicator:
             if uniform and self.local_size > 1 else None
         self._seq = 0
         self._broken = None
+        self._watchdog_thread = None
         self._lock = threading.RLock()
         self._fp_send = np.zeros(2, dtype=np.int64)
         self._fp_recv = np.zeros(2, dtype=np.int64)
@@ -122,26 +130,30 @@ class Communicator:
         atexit.register(self._at_exit)
 
     # -- public collectives -------------------------------------------------------------
-    def all_reduce(self, buf, op="sum", timeout=None):
-        """Reduce ``buf`` (a C-contiguous host or GPU array) over all ranks, in place."""
-        op = op.lower()
+    def all_reduce(self, buf, op="sum", timeout=None, send=None):
+        """Reduce ``buf`` (a C-contiguous host or GPU array) over all ranks, in place; or, with
+        ``send`` (same shape and dtype), reduce ``send`` into ``buf`` and leave ``send`` as is."""
         if op not in _REDUCE_OPS:
             raise ValueError(f"all_reduce op must be one of {_REDUCE_OPS}, got {op!r}.")
         if is_device_array(buf) and not self._gpu_aware:
-            host = buf.get()
+            host = buf.get() if send is None else send.get()
             self.all_reduce(host, op, timeout)
             buf.set(host)
             return buf
-        call = CollectiveCall("all_reduce", op=op, dtype=str(buf.dtype), shape=tuple(buf.shape))
+        call = CollectiveCall("all_reduce", op=op, dtype=buf.dtype.name, shape=buf.shape)
         with self._collective(call, timeout) as wait:
             if self.size == 1:
+                if send is not None:
+                    buf[...] = send
                 return buf
             _synchronize_stream(buf)
+            source = self._mpi.IN_PLACE if send is None else send
             if op == "sum" and self._use_shared_memory(buf):
-                self._shm.all_reduce(buf, wait)
+                self._shm.all_reduce(buf, wait, send)
             else:
-                wait(self._comm.Iallreduce(self._mpi.IN_PLACE, buf, self._mpi_op(op)),
-                     "all-reduce")
+                mpi_op = self._mpi_op(op)
+                wait.blocking(lambda: self._comm.Allreduce(source, buf, mpi_op),
+                              lambda: self._comm.Iallreduce(source, buf, mpi_op), "all-reduce")
         return buf
 
     def broadcast(self, buf, root=0, timeout=None):
@@ -151,11 +163,12 @@ class Communicator:
             self.broadcast(host, root, timeout)
             buf.set(host)
             return buf
-        call = CollectiveCall("broadcast", root=root, dtype=str(buf.dtype), shape=tuple(buf.shape))
+        call = CollectiveCall("broadcast", root=root, dtype=buf.dtype.name, shape=buf.shape)
         with self._collective(call, timeout) as wait:
             if self.size > 1:
                 _synchronize_stream(buf)
-                wait(self._comm.Ibcast(buf, root=root), "broadcast")
+                wait.blocking(lambda: self._comm.Bcast(buf, root=root),
+                              lambda: self._comm.Ibcast(buf, root=root), "broadcast")
         return buf
 
     def all_gather(self, array, timeout=None):
@@ -167,7 +180,7 @@ class Communicator:
         array = np.ascontiguousarray(array)
         if array.ndim == 0:
             raise ValueError("all_gather needs arrays with at least one dimension, got a scalar.")
-        call = CollectiveCall("all_gather", dtype=str(array.dtype), trailing_shape=array.shape[1:])
+        call = CollectiveCall("all_gather", dtype=array.dtype.name, trailing_shape=array.shape[1:])
         with self._collective(call, timeout) as wait:
             if self.size == 1:
                 return array.copy()
@@ -245,30 +258,7 @@ class Communicator:
         )
 
     def _waiter(self, call, timeout):
-        """A ``wait(request, what)`` that polls ``request`` against the deadline."""
-        stall = self._stall_seconds
-
-        def wait(request, what):
-            if request.Test():
-                return
-            start = time.monotonic()
-            deadline = None if timeout is None else start + timeout
-            warn_at = None if stall is None or deadline is not None else start + stall
-            spins = 0
-            while not request.Test():
-                spins += 1
-                if spins & 63:
-                    continue
-                now = time.monotonic()
-                if deadline is not None and now >= deadline:
-                    self._timed_out(call, what, timeout)
-                if warn_at is not None and now >= warn_at:
-                    log.warning("%s", self._stall_report(call, what, now - start))
-                    warn_at = None
-                if now - start > 1e-3:
-                    os.sched_yield()  # oversubscribed ranks: let the peer we wait for run
-
-        return wait
+        return _Waiter(self, call, timeout)
 
     def _timed_out(self, call, what, timeout):
         report = self._missing_report(call, grace=min(2.0, timeout))
@@ -308,6 +298,12 @@ class Communicator:
         extra = f" ({'; '.join(details)})" if details else ""
         return ("Every rank entered it, so a peer stopped responding inside the collective "
                 f"(a crashed process or a network failure){extra}.")
+
+    def _watchdog(self):
+        if self._watchdog_thread is None:
+            self._watchdog_thread = _Watchdog(self)
+            self._watchdog_thread.start()
+        return self._watchdog_thread
 
     def _mpi_op(self, op):
         return {"sum": self._mpi.SUM, "max": self._mpi.MAX, "min": self._mpi.MIN,
@@ -354,6 +350,91 @@ class Communicator:
         self._broken = "the communicator was freed at exit"
 
 
+class _Waiter:
+    """Completes the MPI calls of one collective, against its deadline.
+
+    ``wait(request, what)`` polls a non-blocking request; past the deadline it raises
+    DeadlineExceededError naming the missing ranks, and without a deadline it logs them once
+    the wait has stalled for ``MPIDIST_STALL_SECONDS``. ``blocking(...)`` runs the blocking
+    form once every rank has agreed to be in this collective (the MPI library's blocking
+    algorithms are faster than its non-blocking ones for large buffers); a watchdog thread
+    then ends the job if the call outlives the deadline, since a blocking call cannot be
+    interrupted.
+    """
+
+    __slots__ = ("_comm", "_call", "_timeout", "agreed")
+
+    def __init__(self, comm, call, timeout):
+        self._comm = comm
+        self._call = call
+        self._timeout = timeout
+        self.agreed = False
+
+    def __call__(self, request, what):
+        if request.Test():
+            return
+        comm, timeout = self._comm, self._timeout
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        stall = comm._stall_seconds
+        warn_at = None if stall is None or deadline is not None else start + stall
+        spins = 0
+        while not request.Test():
+            spins += 1
+            if spins & 63:
+                continue
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                comm._timed_out(self._call, what, timeout)
+            if warn_at is not None and now >= warn_at:
+                log.warning("%s", comm._stall_report(self._call, what, now - start))
+                warn_at = None
+            if now - start > 1e-3:
+                os.sched_yield()  # oversubscribed ranks: let the peer we wait for run
+
+    def blocking(self, call_blocking, start_nonblocking, what):
+        if not self.agreed:
+            self(start_nonblocking(), what)
+            return
+        if self._timeout is None:
+            call_blocking()
+            return
+        watchdog = self._comm._watchdog()
+        watchdog.watch(time.monotonic() + self._timeout, self._call, what, self._timeout)
+        try:
+            call_blocking()
+        finally:
+            watchdog.clear()
+
+
+class _Watchdog(threading.Thread):
+    """Ends the job when a blocking collective outlives its deadline (checked every 50 ms)."""
+
+    def __init__(self, comm):
+        super().__init__(name="mpidist-collective-watchdog", daemon=True)
+        self._comm = comm
+        self._watched = None
+
+    def watch(self, deadline, call, what, timeout):
+        self._watched = (deadline, call, what, timeout)
+
+    def clear(self):
+        self._watched = None
+
+    def run(self):
+        while True:
+            time.sleep(0.05)
+            watched = self._watched
+            if watched is not None and time.monotonic() >= watched[0]:
+                _, call, what, timeout = watched
+                comm = self._comm
+                abort_job(
+                    f"DeadlineExceededError: Collective has timed out during execution: "
+                    f"collective #{comm._seq} {call.describe()} ({what}) did not complete within "
+                    f"{timeout:g} s on rank {comm.rank}, after every rank had entered it. "
+                    f"{comm._missing_report(call, grace=0.5)} Ending the job.")
+
+
 class _CollectiveScope:
     """``with comm._collective(call, timeout) as wait:`` — board, agreement, completion."""
 
@@ -375,6 +456,7 @@ class _CollectiveScope:
             self._wait = comm._waiter(self._call, self._timeout)
             if self._check and comm.check_collectives and comm.size > 1:
                 comm._agree(self._call, self._wait)
+                self._wait.agreed = True
         except BaseException:
             comm._lock.release()
             raise

@@ -57,8 +57,9 @@ class SharedMemoryAllReduce:
                        for q in range(self._size)]
         self._capacity = capacity
 
-    def all_reduce(self, buf, wait):
-        """Sum ``buf`` (C-contiguous host array) over all ranks, in place.
+    def all_reduce(self, buf, wait, send=None):
+        """Sum ``buf`` (C-contiguous host array) over all ranks, in place (or ``send`` into
+        ``buf`` when given).
 
         ``wait(request, what)`` completes a non-blocking MPI request or raises; the
         communicator passes its deadline-aware wait so a lost peer becomes a timeout.
@@ -68,7 +69,7 @@ class SharedMemoryAllReduce:
         self._ensure_capacity(flat.nbytes)
         slots = [s[:flat.nbytes].view(flat.dtype) for s in self._slots]
         mine = slots[self._rank]
-        np.copyto(mine, flat)
+        np.copyto(mine, flat if send is None else send.reshape(-1))
         wait(self._node.Ibarrier(), "shared-memory barrier before the reduce")
         lo, hi = _chunk(n, self._rank, self._size)
         if hi > lo:

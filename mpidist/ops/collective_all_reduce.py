@@ -14,7 +14,7 @@ from mpidist.backend import as_array, copy_to_device
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
 from mpidist.kernels.layout import group_by_size
 from mpidist.ops.cross_device_ops import as_per_replica, normalize_pairs
-from mpidist.ops.destinations import simple_broadcast, validate_destinations
+from mpidist.ops.destinations import resolve_devices, simple_broadcast, validate_destinations
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
 from mpidist.types import ReduceOp, as_reduce_op
 
@@ -56,23 +56,43 @@ class CollectiveAllReduce(ReductionToOneDevice):
         return self.batch_reduce_implementation(reduce_op, normalize_pairs(value_destination_pairs),
                                                 options)
 
+    def reduce_implementation(self, reduce_op, per_replica_value, destinations, options):
+        value = as_per_replica(per_replica_value)
+        if len(value.values) == 1 and isinstance(value.values[0], np.ndarray) \
+                and all(d.is_cpu for d in resolve_devices(destinations)):
+            # One host replica (the one-rank-per-worker layout): MPI reads the replica's array
+            # and writes a recycled result buffer, with no local copy in between.
+            send = value.values[0]
+            if not send.flags.c_contiguous:  # (ascontiguousarray would also make 0-d 1-d)
+                send = np.ascontiguousarray(send)
+            if send.dtype.kind in "fiu" and send.dtype.itemsize >= 2:
+                out = self._fusion.host_result(send.size, send.dtype).reshape(send.shape)
+                opts = self._options if options is None else self._options.merge(options)
+                self._comm.all_reduce(out, "sum", timeout=opts.timeout_seconds, send=send)
+                out = self._mean(out, reduce_op)
+                return simple_broadcast(out, destinations, reuse=True)
+        return super().reduce_implementation(reduce_op, value, destinations, options)
+
+    def _mean(self, reduced, reduce_op):
+        if reduce_op is not ReduceOp.MEAN:
+            return reduced
+        if reduced.dtype.kind == "f":
+            reduced /= reduced.dtype.type(self._group_size)
+            return reduced
+        return reduced / self._group_size  # integer MEAN is true division, float64
+
     def _local_divisor(self, reduce_op, num_local):
         return None  # the global count divides once, after the cross-worker sum
 
     def _across_workers(self, reduced, reduce_op, options, layout=None):
-        opts = self._options.merge(options)
+        opts = self._options if options is None else self._options.merge(options)
         flat = reduced.reshape(-1)
         if layout is None or len(layout) == 1:
             self._all_reduce(flat, opts)
         else:
             for lo, hi in _pack_ranges(layout, flat.itemsize, opts.bytes_per_pack):
                 self._all_reduce(flat[lo:hi], opts)
-        if reduce_op is ReduceOp.MEAN:
-            if reduced.dtype.kind == "f":
-                reduced /= reduced.dtype.type(self._group_size)
-            else:
-                reduced = reduced / self._group_size  # integer MEAN is true division, float64
-        return reduced
+        return self._mean(reduced, reduce_op)
 
     def _all_reduce(self, buf, opts):
         if self._nccl is not None and opts.implementation is not CommunicationImplementation.RING \

@@ -2,10 +2,11 @@
 
 Usage: ``timeout.py TIMEOUT SLEEP MODE``. The others must raise DeadlineExceededError after
 about TIMEOUT seconds naming the sleeping rank, and the job must end long before the sleep is
-over. MODE ``uncaught``: the error propagates (the excepthook aborts the job). MODE ``caught``:
-each waiting rank catches it, checks that the broken communicator refuses more collectives,
-waits for the other waiting ranks (plain mpi4py barrier) and exits normally; the communicator
-then ends the job at exit.
+over. MODE ``uncaught``: the error propagates (the excepthook ends the job). MODE ``caught``:
+each waiting rank catches it and prints it with the time it took, checks that the broken
+communicator refuses the next collective, waits for the other waiting ranks (a plain mpi4py
+barrier, so that every one of them gets to print) and exits normally; the communicator then
+ends the job at exit.
 """
 
 import sys
@@ -27,17 +28,17 @@ if rank == last:
     say(f"rank {rank}: woke up (the job should have ended already)")
     train_step(strategy)
     sys.exit(0)
-start = now()
 if mode == "uncaught":
     train_step(strategy)
+start = now()
 try:
     train_step(strategy)
     say(f"rank {rank}: collective completed (must not happen)")
 except mpidist.errors.DeadlineExceededError as err:
-    say(f"rank {rank}: {type(err).__name__} after {now() - start:.2f} s: {err}")
+    say(f"rank {rank}: DeadlineExceededError after {now() - start:.2f} s: {err}")
 try:
     train_step(strategy)
 except mpidist.errors.UnavailableError as err:
-    say(f"rank {rank}: next collective: {type(err).__name__}: {err}")
+    say(f"rank {rank}: next collective: UnavailableError: {err}")
 waiting.Barrier()
 say(f"rank {rank}: exiting")

@@ -1,0 +1,150 @@
+"""MultiWorkerMirroredStrategy's all-reduce across MPI ranks, beside raw mpi4py in one job.
+
+Run under MPI (every rank runs every case, in the same order):
+
+    mpiexec -n 2 python benchmarks/multi_worker.py [--rounds 5] [--quick]
+
+1. One float32 tensor, 4 KiB to 64 MiB: ``strategy.reduce(SUM, per_replica)`` (one replica
+   per rank) against raw ``comm.Allreduce(send, recv)`` and ``Allreduce(IN_PLACE, buf)``; also
+   mpidist with its shared-memory path off (the MPI library's Allreduce underneath) and with
+   the fingerprint check off, to show what each costs.
+2. 100 x 1000 float32 in one ``batch_reduce_to`` against one raw Allreduce of a pre-packed
+   buffer and against 100 separate raw Allreduce calls.
+
+Times are the slowest rank's, medians over interleaved rounds; ratios are time / raw
+``Allreduce(send, recv)`` time (below 1 is faster than raw MPI). TF 2.21 MWMS figures from
+peer-baselines.md (measured on this kind of machine, not in this run) are shown alongside.
+"""
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import mpidist
+
+SIZES = {"4 KiB": 4 << 10, "256 KiB": 256 << 10, "4 MiB": 4 << 20, "64 MiB": 64 << 20}
+TF_MWMS_US = {"4 KiB": 3724, "256 KiB": 5319, "4 MiB": 36519, "64 MiB": 636079}  # strategy.reduce, n=2
+TF_MWMS_BATCH_US = 10162  # all_reduce(SUM, [100 tensors]), n=2
+
+
+def per_call_us(fn, comm, min_time=0.05):
+    """µs per call of ``fn`` on the slowest rank; the call count is agreed by all ranks."""
+    fn()
+    calls = 1
+    while True:
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+        if elapsed >= min_time:
+            return elapsed / calls * 1e6
+        calls *= 2
+
+
+def interleaved(cases, comm, rounds):
+    samples = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            samples[name].append(per_call_us(fn, comm))
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def with_settings(communicator, fn, shm_min_bytes=None, check=None):
+    """``fn`` run with the communicator's shared-memory threshold / check switched."""
+    def call():
+        saved = communicator.shm_min_bytes, communicator.check_collectives
+        if shm_min_bytes is not None:
+            communicator.shm_min_bytes = shm_min_bytes
+        if check is not None:
+            communicator.check_collectives = check
+        try:
+            return fn()
+        finally:
+            communicator.shm_min_bytes, communicator.check_collectives = saved
+    return call
+
+
+def bench_single_tensor(strategy, comm, nbytes, rounds):
+    n = nbytes // 4
+    send = np.full(n, comm.rank + 1, np.float32)
+    recv = np.empty_like(send)
+    inplace = send.copy()
+    value = strategy.experimental_distribute_values_from_function(lambda ctx: send)
+    expected = comm.size * (comm.size + 1) / 2
+    np.testing.assert_array_equal(strategy.reduce("SUM", value, axis=None), expected)
+    communicator = strategy.extended._comm
+    reduce = lambda: strategy.reduce("SUM", value, axis=None)  # noqa: E731
+    cases = {
+        "raw Allreduce": lambda: comm.Allreduce(send, recv, MPI.SUM),
+        "raw IN_PLACE": lambda: comm.Allreduce(MPI.IN_PLACE, inplace, MPI.SUM),
+        "mpidist": reduce,
+        "mpidist, no shm": with_settings(communicator, reduce, shm_min_bytes=1 << 62),
+        "mpidist, no check": with_settings(communicator, reduce, check=False),
+    }
+    return interleaved(cases, comm, rounds)
+
+
+def bench_batch(strategy, comm, rounds):
+    shapes = [(1000,)] * 100
+    values = [strategy.experimental_distribute_values_from_function(
+        lambda ctx, i=i: np.full(s, comm.rank + i, np.float32)) for i, s in enumerate(shapes)]
+    pairs = [(v, "/cpu:0") for v in values]
+    out = strategy.extended.batch_reduce_to("SUM", pairs)
+    for i, o in enumerate(out):
+        np.testing.assert_array_equal(o, sum(r + i for r in range(comm.size)))
+    packed = np.ones(100 * 1000, np.float32)
+    packed_out = np.empty_like(packed)
+    separate = [np.ones(1000, np.float32) for _ in shapes]
+    separate_out = [np.empty_like(a) for a in separate]
+
+    def hundred():
+        for a, b in zip(separate, separate_out):
+            comm.Allreduce(a, b, MPI.SUM)
+
+    return interleaved({
+        "raw pre-packed Allreduce": lambda: comm.Allreduce(packed, packed_out, MPI.SUM),
+        "raw 100 Allreduce": hundred,
+        "mpidist batch_reduce_to": lambda: strategy.extended.batch_reduce_to("SUM", pairs),
+    }, comm, rounds)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="4 KiB and 256 KiB only, 1 round")
+    args = parser.parse_args(argv)
+    rounds = 1 if args.quick else args.rounds
+    sizes = {k: SIZES[k] for k in ("4 KiB", "256 KiB")} if args.quick else SIZES
+    comm = MPI.COMM_WORLD
+    strategy = mpidist.MultiWorkerMirroredStrategy()
+    report = comm.rank == 0
+    if report:
+        print(f"{comm.size} ranks, MPI: {MPI.Get_library_version().splitlines()[0]}; "
+              f"shared-memory path from {strategy.extended._comm.shm_min_bytes} bytes")
+        print(f"{'size':>8} {'raw us':>9} {'IN_PLACE':>9} {'mpidist':>9} {'ratio':>6} {'+us':>7} "
+              f"{'no shm':>9} {'no check':>9} {'TF MWMS (n=2)':>14}")
+    results = {}
+    for label, nbytes in sizes.items():
+        t = bench_single_tensor(strategy, comm, nbytes, rounds)
+        results[label] = t
+        if report:
+            raw = t["raw Allreduce"]
+            print(f"{label:>8} {raw:9.1f} {t['raw IN_PLACE']:9.1f} {t['mpidist']:9.1f} "
+                  f"{t['mpidist'] / raw:6.2f} {t['mpidist'] - raw:7.1f} {t['mpidist, no shm']:9.1f} "
+                  f"{t['mpidist, no check']:9.1f} {TF_MWMS_US[label]:>14}")
+    b = bench_batch(strategy, comm, rounds)
+    if report:
+        packed, hundred, ours = (b["raw pre-packed Allreduce"], b["raw 100 Allreduce"],
+                                 b["mpidist batch_reduce_to"])
+        print(f"100 x 1000 float32: batch_reduce_to {ours:.1f} us; raw pre-packed Allreduce "
+              f"{packed:.1f} us ({ours / packed:.2f}x of it); 100 raw Allreduce {hundred:.1f} µs "
+              f"({hundred / ours:.1f}x slower than mpidist); TF MWMS (n=2) {TF_MWMS_BATCH_US} us")
+    return results, b
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""Each way a multi-rank job can go wrong ends in a clear error within seconds, never a hang.
+
+Every test launches a small program from tests/failure_programs/ under ``mpiexec -n N`` (N in
+2 and 4) with a hard timeout, then checks that the launch finished (a hang is reported with the
+output so far), how long it took, its exit code, and the exact parts of the message that a
+user needs: the operation, the ranks, and what differs.
+
+When a rank ends the job with MPI_Abort, the other ranks die at once; which of them got to print
+is a race. Where a test needs every rank's message, the program catches the error and prints it
+before anyone aborts; otherwise the test asks for at least one complete message.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mpi_launch import LOOPBACK_ENV, launch
+
+PROGRAMS = Path(__file__).parent / "failure_programs"
+LAUNCH_TIMEOUT = 60  # a launch still running after this is a hang
+QUICK = 30  # seconds within which a failed job must have ended (start-up included)
+NPROCS = [2, 4]
+LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "SLURM_", "OMPI_", "HYDRA_", "MPIEXEC_")
+
+
+def run(nprocs, program, *args, env=None):
+    """``(returncode, output, seconds)`` of ``program args`` on ``nprocs`` ranks; fails on a hang."""
+    argv = [str(PROGRAMS / program), *(str(a) for a in args)]
+    start = time.monotonic()
+    code, out = launch(nprocs, argv, LAUNCH_TIMEOUT, env)
+    elapsed = time.monotonic() - start
+    what = f"mpiexec -n {nprocs} {program} {' '.join(map(str, args))}"
+    assert code is not None, (
+        f"{what} hung: still running after {LAUNCH_TIMEOUT} s; output so far:\n{out}")
+    return code, out, elapsed
+
+
+def lines_with(out, text):
+    return [line for line in out.splitlines() if text in line]
+
+
+def assert_died_quickly(code, out, elapsed):
+    assert code != 0, f"the job should have failed, but exited with 0:\n{out}"
+    assert elapsed < QUICK, f"the job took {elapsed:.1f} s to die (limit {QUICK} s):\n{out}"
+    assert "must not happen" not in out, out
+
+
+def mismatch_pattern(groups, differ):
+    """Regex of the InvalidArgumentError text for ``groups``: ``[(ranks, call), ...]``."""
+    parts = "; ".join(rf"ranks \[{', '.join(map(str, ranks))}\] are at collective #\d+ "
+                      + re.escape(call) for ranks, call in groups)
+    return (r"Ranks issued different collectives \(seen on rank (\d+)\): " + parts
+            + re.escape(f". They differ in: {differ}. ") + r"Every rank must issue the same")
+
+
+# -- 1. a rank skips a collective ----------------------------------------------------------
+@pytest.mark.parametrize("nprocs", NPROCS)
+def test_skipped_collective_with_timeout_names_the_missing_rank(nprocs):
+    """The last rank skips a collective and sleeps 10 s: the others' collective times out
+    after 2 s naming it, and the job ends long before the sleeper would have finished."""
+    last = nprocs - 1
+    code, out, elapsed = run(nprocs, "skip.py", 2, 10)
+    assert_died_quickly(code, out, elapsed)
+    assert f"rank {last}: skipping the second step" in out, out
+    assert f"rank {last}: reached the end" not in out, f"the job waited for the sleeper:\n{out}"
+    reports = lines_with(out, ": DeadlineExceededError: ")
+    assert reports, f"no rank reported the timeout:\n{out}"
+    for line in reports:
+        rank = int(re.match(r"rank (\d+): ", line).group(1))
+        assert rank != last, line
+        assert ("DeadlineExceededError: Collective has timed out during execution: collective #"
+                in line), line
+        assert "all_reduce(op=sum, dtype=float64, shape=[3])" in line, line
+        assert f"did not complete within 2 s on rank {rank}." in line, line
+        assert f"Ranks that never arrived: [{last}] (rank {last} last entered collective #" \
+            in line, line
+    assert "uncaught exception; ending the job on every rank" in out, out
+
+
+@pytest.mark.parametrize("nprocs", NPROCS)
+def test_skipped_collective_without_timeout_mismatches_finalize(nprocs):
+    """Without a timeout the skipping rank goes on to the end: its at-exit ``finalize()`` meets
+    the others' all-reduce, and the fingerprint check reports the mismatch on the ranks that
+    get to print (the first one to abort ends the rest)."""
+    last = nprocs - 1
+    code, out, elapsed = run(nprocs, "skip.py", 0, 0)
+    assert_died_quickly(code, out, elapsed)
+    assert f"rank {last}: reached the end" in out, out
+    pattern = mismatch_pattern(
+        [(range(last), "all_reduce(op=sum, dtype=float64, shape=[3])"), ([last], "finalize()")],
+        "operation, dtype, op, shape")
+    at_exit = [line for line in lines_with(out, "] at exit: ")
+               if line.startswith(f"[mpidist rank {last} of {nprocs} on ")]
+    caught = lines_with(out, ": InvalidArgumentError: ")
+    assert at_exit or caught, f"no rank reported the mismatch:\n{out}"
+    for line in at_exit + caught:
+        match = re.search(pattern, line)
+        assert match, f"unexpected mismatch message (pattern {pattern!r}):\n{line}"
+    for line in at_exit:
+        assert re.search(pattern, line).group(1) == str(last), line
+    for line in caught:
+        rank = re.match(r"rank (\d+): ", line).group(1)
+        assert re.search(pattern, line).group(1) == rank, line
+
+
+# -- 2. a rank raises ----------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["loop", "replica"])
+@pytest.mark.parametrize("nprocs", NPROCS)
+def test_uncaught_exception_on_one_rank_ends_the_job(nprocs, where):
+    """Rank 1 raises at step 1 (in the loop, or inside the replica function) while the others
+    wait in a collective with no timeout: its excepthook prints the traceback and aborts."""
+    code, out, elapsed = run(nprocs, "raise_midway.py", 1, where)
+    assert_died_quickly(code, out, elapsed)
+    assert f"[mpidist rank 1 of {nprocs} on " in out, out
+    assert "uncaught exception; ending the job on every rank:" in out, out
+    assert "Traceback (most recent call last):" in out, out
+    assert 'raise RuntimeError("boom on purpose")' in out, out
+    assert "RuntimeError: boom on purpose" in out, out
+    assert "step 1 done" not in out, out
+
+
+# -- 3, 4, 7. ranks all-reduce tensors that do not match -------------------------------------
+MISMATCHES = {
+    # what: (call of rank 1, call of the others, differing field, replicas per rank)
+    "shape": ("all_reduce(op=sum, dtype=float64, shape=[4])",
+              "all_reduce(op=sum, dtype=float64, shape=[5])", "shape", 1),
+    "dtype": ("all_reduce(op=sum, dtype=float32, shape=[5])",
+              "all_reduce(op=sum, dtype=float64, shape=[5])", "dtype", 1),
+    "replica": ("all_reduce(op=sum, dtype=float64, shape=[4])",
+                "all_reduce(op=sum, dtype=float64, shape=[5])", "shape", 2),
+}
+
+
+@pytest.mark.parametrize("what", sorted(MISMATCHES))
+@pytest.mark.parametrize("nprocs", NPROCS)
+def test_mismatched_all_reduce_raises_the_same_error_on_every_rank(nprocs, what):
+    """Rank 1's tensor differs from the others' (shape, dtype, or shape inside strategy.run with
+    two CPU replicas per rank): every rank gets an InvalidArgumentError that names both calls
+    and the differing field, catches it, and the next correct collective works."""
+    mine, others, differ, replicas = MISMATCHES[what]
+    code, out, elapsed = run(nprocs, "mismatch.py", what)
+    rest = [0] + list(range(2, nprocs))
+    pattern = mismatch_pattern([(rest, others), ([1], mine)], differ)
+    for rank in range(nprocs):
+        caught = [line for line in out.splitlines()
+                  if line.startswith(f"caught on rank {rank}: InvalidArgumentError: ")]
+        assert len(caught) == 1, f"rank {rank} did not report the mismatch once:\n{out}"
+        match = re.search(pattern, caught[0])
+        assert match, f"unexpected message on rank {rank} (pattern {pattern!r}):\n{caught[0]}"
+        assert match.group(1) == str(rank), caught[0]
+        total = [float(nprocs * replicas)] * 3
+        assert f"rank {rank}: after the error, sum = {total}" in out, out
+    assert "must not happen" not in out, out
+    assert elapsed < QUICK, f"took {elapsed:.1f} s:\n{out}"
+    assert code == 0, f"the ranks caught the error and carried on, yet the job exited {code}:\n{out}"
+
+
+# -- 5. a collective times out -------------------------------------------------------------
+@pytest.mark.parametrize("nprocs", NPROCS)
+def test_timeout_caught_on_every_waiting_rank(nprocs):
+    """The last rank sleeps 6 s while the others wait with timeout_seconds=1: each of them
+    gets DeadlineExceededError after about 1 s naming the sleeper, the broken communicator
+    refuses the next collective, and the job ends at exit without waiting for the sleeper."""
+    last = nprocs - 1
+    code, out, elapsed = run(nprocs, "timeout.py", 1, 6, "caught")
+    assert_died_quickly(code, out, elapsed)
+    assert f"rank {last}: woke up" not in out, f"the job waited for the sleeping rank:\n{out}"
+    for rank in range(last):
+        reports = lines_with(out, f"rank {rank}: DeadlineExceededError after ")
+        assert len(reports) == 1, f"rank {rank} did not report the timeout once:\n{out}"
+        line = reports[0]
+        seconds = float(re.search(r"after ([\d.]+) s: ", line).group(1))
+        assert 0.99 <= seconds < 3.0, f"rank {rank} timed out after {seconds} s, not ~1 s:\n{line}"
+        assert "Collective has timed out during execution: collective #" in line, line
+        assert "all_reduce(op=sum, dtype=float64, shape=[3])" in line, line
+        assert f"did not complete within 1 s on rank {rank}." in line, line
+        assert f"Ranks that never arrived: [{last}] (rank {last} last entered collective #" \
+            in line, line
+        assert f"rank {rank}: next collective: UnavailableError: mpidist's communicator was " \
+            "aborted by an earlier failure (collective #" in out, out
+        assert f"rank {rank}: exiting" in out, out
+    assert re.search(rf"\[mpidist rank \d+ of {nprocs} on .*\] ending the job because collective "
+                     r"#\d+ all_reduce\(op=sum, dtype=float64, shape=\[3\]\) timed out on rank \d+\.",
+                     out), out
+
+
+@pytest.mark.parametrize("nprocs", NPROCS)
+def test_timeout_uncaught_ends_the_job_with_the_error(nprocs):
+    """As above, but the DeadlineExceededError propagates: the excepthook prints it and ends
+    the job well before the sleeping rank wakes up."""
+    last = nprocs - 1
+    code, out, elapsed = run(nprocs, "timeout.py", 1, 6, "uncaught")
+    assert_died_quickly(code, out, elapsed)
+    assert f"rank {last}: sleeping 6 s" in out, out
+    assert f"rank {last}: woke up" not in out, f"the job waited for the sleeping rank:\n{out}"
+    assert "uncaught exception; ending the job on every rank:" in out, out
+    assert "DeadlineExceededError: Collective has timed out during execution: collective #" \
+        in out, f"the error itself is missing from the output:\n{out}"
+    assert re.search(r"did not complete within 1 s on rank \d+\. Ranks that never arrived: "
+                     + re.escape(f"[{last}]"), out), out
+
+
+# -- 6. the launcher and MPI disagree --------------------------------------------------------
+def clean_env(**extra):
+    """This environment without any launcher's variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
+    env.update(LOOPBACK_ENV)
+    env.update(extra)
+    return env
+
+
+def run_alone(env):
+    """launch_check.py as one plain process (no mpiexec)."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, str(PROGRAMS / "launch_check.py")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=LAUNCH_TIMEOUT)
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"launch_check.py hung for {LAUNCH_TIMEOUT} s; output so far:\n{err.output}")
+    return proc.returncode, proc.stdout, time.monotonic() - start
+
+
+@pytest.mark.parametrize("variable", ["PMI_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"])
+@pytest.mark.parametrize("nprocs", NPROCS)
+def test_launcher_variable_without_mpi_world_is_refused(nprocs, variable):
+    """A launcher announced N tasks but MPI started alone (wrong PMI, wrong mpiexec): creating
+    the strategy raises a RuntimeError that says so and how to fix it."""
+    tasks = nprocs + 1 if variable.startswith("SLURM") else nprocs
+    code, out, elapsed = run_alone(clean_env(**{variable: str(tasks)}))
+    assert code != 0, out
+    assert elapsed < QUICK, out
+    assert (f"RuntimeError: The launcher started {tasks} tasks ({variable}={tasks}) but MPI "
+            "reports a world of size 1 on this process: every task is running alone") in out, out
+    assert "srun --mpi=pmix" in out, out
+    assert "num_replicas_in_sync" not in out, out
+
+
+def test_no_launcher_variable_runs_alone():
+    code, out, _ = run_alone(clean_env())
+    assert code == 0, out
+    assert "num_replicas_in_sync 1" in out, out
+
+
+@pytest.mark.parametrize("nprocs", NPROCS)
+def test_slurm_step_larger_than_mpi_world_is_refused_on_every_rank(nprocs):
+    """Under mpiexec -n N, a step that announces N+1 tasks is refused on every rank, before any
+    collective (so no rank can be left waiting)."""
+    tasks = nprocs + 1
+    code, out, elapsed = run(nprocs, "launch_check.py",
+                             env={"SLURM_STEP_NUM_TASKS": str(tasks), "SLURM_NTASKS": str(nprocs)})
+    assert_died_quickly(code, out, elapsed)
+    message = (f"RuntimeError: The launcher announced {tasks} tasks (SLURM_STEP_NUM_TASKS={tasks}) "
+               f"but MPI reports a world of size {nprocs}.")
+    assert out.count(message) == nprocs, f"expected the error once per rank:\n{out}"
+    assert "num_replicas_in_sync" not in out, out
