@@ -141,7 +141,7 @@ def main(argv=None):
         packed, hundred, ours = (b["raw pre-packed Allreduce"], b["raw 100 Allreduce"],
                                  b["mpidist batch_reduce_to"])
         print(f"100 x 1000 float32: batch_reduce_to {ours:.1f} us; raw pre-packed Allreduce "
-              f"{packed:.1f} us ({ours / packed:.2f}x of it); 100 raw Allreduce {hundred:.1f} µs "
+              f"{packed:.1f} us ({ours / packed:.2f}x of it); 100 raw Allreduce {hundred:.1f} us "
               f"({hundred / ours:.1f}x slower than mpidist); TF MWMS (n=2) {TF_MWMS_BATCH_US} us")
     return results, b
 

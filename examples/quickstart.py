@@ -6,9 +6,14 @@ merge_call sums the gradients across replicas and applies one SGD step to the mi
 variables.
 
     python examples/quickstart.py --replicas 4
+    mpiexec -n 2 python examples/quickstart.py --multi-worker --replicas 2   # 2 ranks x 2 replicas
+
+With ``--multi-worker`` the same code runs under MultiWorkerMirroredStrategy: every MPI rank
+is a worker with ``--replicas`` CPU replicas, and only the chief prints.
 """
 
 import argparse
+import json
 
 import numpy as np
 
@@ -65,11 +70,24 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=2, help="virtual CPU devices to mirror over")
     parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--multi-worker", action="store_true",
+                        help="MultiWorkerMirroredStrategy: run under mpiexec/srun, one worker per rank")
+    parser.add_argument("--json", action="store_true", help="print the exact weights as JSON")
     args = parser.parse_args(argv)
-    strategy = mpidist.MirroredStrategy([f"/cpu:{i}" for i in range(args.replicas)])
+    devices = [f"/cpu:{i}" for i in range(args.replicas)]
+    if args.multi_worker:
+        resolver = mpidist.cluster_resolver.MPIClusterResolver(local_devices=devices)
+        strategy = mpidist.MultiWorkerMirroredStrategy(resolver)
+    else:
+        strategy = mpidist.MirroredStrategy(devices)
     w, b, loss = train(strategy, steps=args.steps)
-    print(f"replicas={strategy.num_replicas_in_sync} w={np.round(w, 3).tolist()} "
-          f"b={round(float(b), 3)} loss={loss:.5f}")
+    if strategy.extended.should_checkpoint:  # the chief reports
+        if args.json:
+            print(json.dumps({"replicas": strategy.num_replicas_in_sync, "w": w.tolist(),
+                              "b": float(b), "loss": loss}))
+        else:
+            print(f"replicas={strategy.num_replicas_in_sync} w={np.round(w, 3).tolist()} "
+                  f"b={round(float(b), 3)} loss={loss:.5f}")
     return w, b, loss
 
 

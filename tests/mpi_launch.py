@@ -50,7 +50,7 @@ def launch(nprocs, argv, timeout, extra_env=None):
     env.update(extra_env or {})
     cmd = [mpiexec, "-n", str(nprocs), sys.executable, *argv]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
+                            errors="replace", env=env, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
         return proc.returncode, out

@@ -1,5 +1,6 @@
 """The README's quick start and the examples run as written and train to the right answer."""
 
+import json
 import re
 import subprocess
 import sys
@@ -69,3 +70,33 @@ def test_cross_device_ops_benchmark_runs_and_validates(capsys):
     assert rows[-1][2]["batch"] > 0 and rows[-1][2]["separate"] > 0
     out = capsys.readouterr().out
     assert "| 2 | 256 KiB |" in out and "batch_reduce_to" in out
+
+
+@pytest.mark.parametrize("nprocs,replicas", [(2, 1), (2, 2), (4, 1)])
+def test_quickstart_under_multi_worker_mirrored_matches_one_device(nprocs, replicas):
+    """The example under mpiexec with MultiWorkerMirroredStrategy: only the chief prints, and
+    the weights are those of one device with the same global batch."""
+    from mpi_launch import launch
+
+    argv = [str(ROOT / "examples" / "quickstart.py"), "--multi-worker", "--replicas",
+            str(replicas), "--steps", "100", "--json"]
+    code, out = launch(nprocs, argv, 180)
+    assert code == 0, f"exit {code} (None = hang):\n{out}"
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, out  # the chief alone reports
+    result = json.loads(lines[0])
+    assert result["replicas"] == nprocs * replicas
+    reference_w, reference_b, _ = quickstart.train(
+        __import__("mpidist").OneDeviceStrategy("/cpu:0"), steps=100)
+    np.testing.assert_allclose(result["w"], reference_w, rtol=1e-10, atol=1e-12)
+    assert abs(result["b"] - float(reference_b)) < 1e-10
+    assert result["loss"] < 1e-3
+
+
+def test_multi_worker_benchmark_runs_and_validates():
+    """The multi-worker benchmark stays runnable under mpiexec (it checks results first)."""
+    from mpi_launch import launch
+
+    code, out = launch(2, [str(ROOT / "benchmarks" / "multi_worker.py"), "--quick"], 240)
+    assert code == 0, f"exit {code} (None = hang):\n{out}"
+    assert "100 x 1000 float32: batch_reduce_to" in out and "256 KiB" in out
