@@ -139,8 +139,10 @@ def reduce_pack(replicas, layout, divisor=None, out=None):
             f"{' MEAN' if divisor else ''}; use pack() per replica and reduce_n() instead."
         )
     n = len(replicas[0])
-    flats = []
     ndarray = np.ndarray
+    if n == 1 and not divisor:
+        return _pack_single_replica(replicas, layout, dtype, out)
+    flats = []
     for k, group in enumerate(replicas):
         shape = layout.shapes[k]
         flat = []
@@ -159,6 +161,26 @@ def reduce_pack(replicas, layout, divisor=None, out=None):
     pad = (flats[0][0][:0],) * n
     for srcs, starts, count in _chunks(flats, layout.starts, pad):
         cpu.reduce_pack_chunk(out, srcs, starts, count, divisor or 0)
+    return out
+
+
+def _pack_single_replica(replicas, layout, dtype, out):
+    """One replica: the "reduce" is a pack, and one concatenate call beats the chunked kernel
+    launches for the many small tensors of a model."""
+    ndarray = np.ndarray
+    flats = []
+    for k, group in enumerate(replicas):
+        if len(group) != 1:
+            raise ValueError(f"reduce_pack: tensor {k} has {len(group)} replicas, tensor 0 has 1.")
+        a = group[0]
+        if type(a) is not ndarray or a.dtype != dtype or a.shape != layout.shapes[k]:
+            _reject_replica(a, k, layout.shapes[k], dtype)
+        flats.append(a.reshape(-1))
+    if out is None:
+        out = np.empty(layout.total, dtype)
+    else:
+        check_out(out, (layout.total,), dtype)
+    np.concatenate(flats, out=out)
     return out
 
 

@@ -183,7 +183,8 @@ def test_timeout_caught_on_every_waiting_rank(nprocs):
             in line, line
         assert f"rank {rank}: next collective: UnavailableError: mpidist's communicator was " \
             "aborted by an earlier failure (collective #" in out, out
-        assert f"rank {rank}: exiting" in out, out
+    # Past the barrier the first rank to exit aborts the job, so not every rank gets to say so.
+    assert lines_with(out, ": exiting"), out
     assert re.search(rf"\[mpidist rank \d+ of {nprocs} on .*\] ending the job because collective "
                      r"#\d+ all_reduce\(op=sum, dtype=float64, shape=\[3\]\) timed out on rank \d+\.",
                      out), out

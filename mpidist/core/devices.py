@@ -6,6 +6,7 @@ Accepted forms (case-insensitive device type):
 """
 
 import dataclasses
+import functools
 import re
 
 __all__ = ["DeviceSpec", "parse_device", "canonical_device", "DEVICE_TYPES"]
@@ -77,6 +78,12 @@ def parse_device(spec):
         return spec
     if not isinstance(spec, str):
         raise TypeError(f"A device must be a string such as '/cpu:0', got {type(spec).__name__} {spec!r}.")
+    return _parse_string(spec)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_string(spec):
+    # Destinations arrive as strings on every reduce; DeviceSpecs are immutable, so share them.
     text = spec.strip()
     if not text:
         raise _bad(spec, "it is empty")

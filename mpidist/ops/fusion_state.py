@@ -36,19 +36,24 @@ def bucket_values(values, destinations=None):
         reports those).
     """
     buckets, rest = {}, []
+    resolved = {}  # id(destinations) -> devices: a batch usually repeats one destination object
     for i, value in enumerate(values):
         arrays = component_arrays(value)
         first = arrays[0]
         dtype, shape = first.dtype, first.shape
-        if dtype not in KERNEL_DTYPES or any(a.shape != shape or a.dtype != dtype
-                                            for a in arrays[1:]):
+        if dtype not in KERNEL_DTYPES or len(arrays) > 1 and any(
+                a.shape != shape or a.dtype != dtype for a in arrays[1:]):
             rest.append(i)
             continue
         sources = resolve_devices(value)
         if destinations is None:
             dest = None
+        elif destinations[i] is value:
+            dest = sources
         else:
-            dest = sources if destinations[i] is value else resolve_devices(destinations[i])
+            dest = resolved.get(id(destinations[i]))
+            if dest is None:
+                dest = resolved[id(destinations[i])] = resolve_devices(destinations[i])
         key = (dtype, sources, dest)
         bucket = buckets.get(key)
         if bucket is None:
