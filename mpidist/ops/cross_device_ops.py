@@ -146,9 +146,12 @@ def check_value_destination_pair(pair):
 def normalize_pairs(value_destination_pairs):
     """Checked pairs with each value as a PerReplica."""
     pairs = []
+    checked = set()  # ids of destinations already validated: a batch repeats one object
     for pair in value_destination_pairs:
         check_value_destination_pair(pair)
         value, destinations = pair
-        validate_destinations(destinations)
-        pairs.append((as_per_replica(value), destinations))
+        if id(destinations) not in checked:
+            validate_destinations(destinations)
+            checked.add(id(destinations))
+        pairs.append((value if type(value) is PerReplica else as_per_replica(value), destinations))
     return pairs
