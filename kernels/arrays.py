@@ -91,3 +91,6 @@ def check_out(out, shape, dtype, what="out"):
         )
     if not is_c_contiguous(out):
         raise ValueError(f"{what} must be C-contiguous (the kernels write it as one flat run).")
+    flags = getattr(out, "flags", None)
+    if flags is not None and not getattr(flags, "writeable", True):
+        raise ValueError(f"{what} is read-only; pass a writeable array (or None for a new one).")

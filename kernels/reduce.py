@@ -79,7 +79,7 @@ def reduce_n(buffers, out=None, divisor=None, xp=None):
     del xp  # the arrays say where they live
     buffers = list(buffers)
     _check_buffers(buffers)
-    if divisor is not None and (isinstance(divisor, bool) or divisor <= 0):
+    if divisor is not None and (isinstance(divisor, (bool, np.bool_)) or not divisor > 0):
         raise ValueError(f"divisor must be a positive count or None, got {divisor!r}.")
     first = buffers[0]
     dtype = np.dtype(first.dtype)
@@ -87,8 +87,8 @@ def reduce_n(buffers, out=None, divisor=None, xp=None):
     result_dtype = np.dtype(np.float64) if integer_mean else dtype
     if out is not None:
         check_out(out, first.shape, result_dtype)
-        if any(b is out for b in buffers[1:]):
-            raise ValueError("reduce_n: out may alias buffers[0] only; it aliases a later buffer.")
+        if any(b is out or _overlaps(b, out) for b in buffers[1:]):
+            raise ValueError("reduce_n: out may alias buffers[0] only; it overlaps a later buffer.")
     if dtype not in KERNEL_DTYPES:
         return _reduce_library(buffers, out, divisor)
     summed = out if (out is not None and not integer_mean) else empty_like_family(
@@ -110,6 +110,14 @@ def reduce_n(buffers, out=None, divisor=None, xp=None):
         out = xp.empty(summed.shape, np.float64)
     xp.true_divide(summed, divisor, out=out)
     return out
+
+
+def _overlaps(buffer, out):
+    """Whether host arrays share memory (a view of a later buffer would be read after being
+    overwritten). Device arrays are only checked for identity."""
+    if isinstance(buffer, np.ndarray) and isinstance(out, np.ndarray):
+        return np.may_share_memory(buffer, out)
+    return False
 
 
 def _reduce_device(summed, buffers, divisor, dtype):

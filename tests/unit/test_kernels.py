@@ -1009,3 +1009,23 @@ def test_group_by_size_edges():
 def test_package_exports(name):
     assert name in kernels.__all__
     assert callable(getattr(kernels, name))
+
+
+def test_out_overlapping_a_later_buffer_is_rejected():
+    a, b = np.ones(8), np.arange(16.0)
+    with pytest.raises(ValueError, match="overlaps a later buffer"):
+        kernels.reduce_n([a, b[:8]], out=b[4:12])
+    np.testing.assert_array_equal(b, np.arange(16.0))  # nothing written
+
+
+def test_read_only_out_is_a_clear_value_error():
+    out = np.empty(4)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        kernels.reduce_n([np.ones(4), np.ones(4)], out=out)
+
+
+@pytest.mark.parametrize("divisor", [np.True_, float("nan"), 0.0, -1])
+def test_bad_divisors_are_rejected(divisor):
+    with pytest.raises(ValueError, match="divisor must be a positive count"):
+        kernels.reduce_n([np.ones(4), np.ones(4)], divisor=divisor)
