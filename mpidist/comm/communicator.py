@@ -293,6 +293,11 @@ class Communicator:
             elif progress.entered > self._seq:
                 details.append(f"rank {rank} is already at collective #{progress.entered} "
                                f"({progress.operation})")
+            elif progress.operation != call.operation:
+                # Same number, another operation: only possible with the checks off.
+                missing.append(rank)
+                details.append(f"rank {rank} is at collective #{progress.entered} as "
+                               f"{progress.operation}, not {call.operation}")
         if missing:
             return f"Ranks that never arrived: {_ranks(missing)} ({'; '.join(details)})."
         extra = f" ({'; '.join(details)})" if details else ""
@@ -489,6 +494,8 @@ def _differing_fields(entries):
         names.append("sequence number")
     if len({e[1] for e in entries}) > 1:
         names.append("operation")
+    if names and names[-1] == "operation":
+        return names  # different operations: their fields are not comparable
     keys = {k for e in entries for k, _ in e[2]}
     for key in sorted(keys):
         if len({dict(e[2]).get(key) for e in entries}) > 1:

@@ -6,7 +6,9 @@ MPI_Init_thread) the first time a communicator is needed.
 """
 
 import os
+import signal
 import sys
+import time
 import threading
 import traceback
 
@@ -92,8 +94,13 @@ def rank_label():
 
 def abort_job(message, code=1):
     """Print ``message`` (prefixed with this rank) to stderr and end every rank of the job."""
+    try:  # the launcher interrupts the other ranks when one aborts; finish writing first
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:
+        pass  # not the main thread (the collective watchdog)
     sys.stderr.write(f"[mpidist {rank_label()}] {message}\n")
     sys.stderr.flush()
+    time.sleep(0.2)  # launchers forward output asynchronously; MPI_Abort would cut it short
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
         mpi.COMM_WORLD.Abort(code)
@@ -118,8 +125,9 @@ def install_abort_on_exception():
             if issubclass(exc_type, KeyboardInterrupt) or issubclass(exc_type, SystemExit):
                 previous(exc_type, exc, tb)
                 return
+            summary = "".join(traceback.format_exception_only(exc_type, exc)).strip()
             text = "".join(traceback.format_exception(exc_type, exc, tb))
-            abort_job(f"uncaught exception; ending the job on every rank:\n{text}", code=1)
+            abort_job(f"uncaught exception; ending the job on every rank: {summary}\n{text}", code=1)
 
         sys.excepthook = hook
         _hook_installed = True

@@ -11,9 +11,9 @@ Usage: ``mismatch.py WHAT`` where WHAT is
 import sys
 
 import numpy as np
+from _common import make_strategy, say, train_step
 
 import mpidist
-from _common import make_strategy, say, train_step
 
 what = sys.argv[1]
 devices = ["/cpu:0", "/cpu:1"] if what == "replica" else None

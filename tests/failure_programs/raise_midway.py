@@ -8,7 +8,6 @@ training loop, between steps) or ``replica`` (inside the function given to strat
 import sys
 
 import numpy as np
-
 from _common import arg, make_strategy, say
 
 bad, where = int(arg(1, 1)), sys.argv[2]

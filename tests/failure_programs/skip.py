@@ -11,8 +11,9 @@ excepthook then ends the job), so the test can read it whole.
 
 import time
 
-import mpidist
 from _common import arg, make_strategy, say, train_step
+
+import mpidist
 
 timeout, sleep = arg(1, 0.0) or None, arg(2, 0.0)
 strategy, rank, size = make_strategy(timeout)

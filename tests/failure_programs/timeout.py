@@ -12,10 +12,10 @@ ends the job at exit.
 import sys
 import time
 
+from _common import arg, make_strategy, now, say, train_step
 from mpi4py import MPI
 
 import mpidist
-from _common import arg, make_strategy, now, say, train_step
 
 timeout, sleep, mode = arg(1, 1.0), arg(2, 6.0), sys.argv[3]
 strategy, rank, size = make_strategy(timeout)
