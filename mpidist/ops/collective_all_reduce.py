@@ -73,6 +73,25 @@ class CollectiveAllReduce(ReductionToOneDevice):
                 return simple_broadcast(out, destinations, reuse=True)
         return super().reduce_implementation(reduce_op, value, destinations, options)
 
+    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+        pairs = value_destination_pairs
+        arrays = _single_host_replicas(pairs)
+        if arrays is None:
+            return super().batch_reduce_implementation(reduce_op, pairs, options)
+        # The one-replica-per-rank layout: each tensor is packed once (one concatenate) into a
+        # recycled buffer that MPI reduces in place; results are views into it.
+        destinations = pairs[0][1]
+        dtype = arrays[0].dtype
+        layout = self._fusion.layout_of(tuple(a.shape for a in arrays))
+        with self._fusion.lock:
+            flat = self._fusion.host_result(layout.total, dtype)
+            np.concatenate([a.reshape(-1) for a in arrays], out=flat)
+            flat = self._across_workers(flat, reduce_op, options, layout)
+            results = [None] * len(pairs)
+            items = [(i, None) for i in range(len(pairs))]
+            self._unpack_to(flat, layout, items, destinations, results, self._fusion)
+        return results
+
     def _mean(self, reduced, reduce_op):
         if reduce_op is not ReduceOp.MEAN:
             return reduced
@@ -112,6 +131,28 @@ class CollectiveAllReduce(ReductionToOneDevice):
         gathered = self._comm.all_gather(np.ascontiguousarray(host), timeout=opts.timeout_seconds)
         result = np.moveaxis(gathered, 0, ax)
         return simple_broadcast(as_array(result), destinations, reuse=True)
+
+
+_PACKABLE = frozenset(np.dtype(t) for t in ("float32", "float64", "int32", "int64"))
+
+
+def _single_host_replicas(pairs):
+    """The arrays of a batch whose values each have one host replica of one packable dtype
+    and share one CPU destination object; None for any other batch."""
+    destinations = pairs[0][1] if pairs else None
+    if len(pairs) < 2 or not all(d.is_cpu for d in resolve_devices(destinations)):
+        return None
+    arrays = []
+    ndarray = np.ndarray
+    for value, dest in pairs:
+        components = value.values
+        if dest is not destinations or len(components) != 1 or type(components[0]) is not ndarray:
+            return None
+        arrays.append(components[0])
+    dtype = arrays[0].dtype
+    if dtype not in _PACKABLE or any(a.dtype != dtype for a in arrays):
+        return None
+    return arrays
 
 
 def _pack_ranges(layout, itemsize, bytes_per_pack):

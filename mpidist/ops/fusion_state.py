@@ -92,7 +92,10 @@ class FusionState:
 
     def layout(self, items):
         """The cached FusionLayout of a bucket's tensors (their replica-0 shapes)."""
-        shapes = tuple(arrays[0].shape for _, arrays in items)
+        return self.layout_of(tuple(arrays[0].shape for _, arrays in items))
+
+    def layout_of(self, shapes):
+        """The cached FusionLayout of a tuple of shapes."""
         layout = self._layouts.get(shapes)
         if layout is None:
             if len(self._layouts) > 256:  # a model has a few fixed layouts; bound the cache anyway

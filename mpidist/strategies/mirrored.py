@@ -141,13 +141,15 @@ class _MirroredExtended(StrategyExtended):
         return self._cross_device_ops.reduce(reduce_op, value, destinations, options)
 
     def _batch_reduce_to(self, reduce_op, pairs, options):
-        plain = [isinstance(v, DistributedValues) and not isinstance(v, (Mirrored, MirroredVariable))
-                 for v, _ in pairs]
-        if all(plain):
-            pairs = [(PerReplica([c._value for c in v.values], v.devices)
-                      if isinstance(v, SyncOnReadVariable) else v, d) for v, d in pairs]
-            return self._cross_device_ops.batch_reduce(reduce_op, pairs, options)
-        return [self._reduce_to(reduce_op, v, d, options) for v, d in pairs]
+        converted = []
+        for v, d in pairs:
+            if type(v) is not PerReplica:  # the common case first: one cheap check per value
+                if not isinstance(v, DistributedValues) or isinstance(v, (Mirrored, MirroredVariable)):
+                    return [self._reduce_to(reduce_op, v, d, options) for v, d in pairs]
+                if isinstance(v, SyncOnReadVariable):
+                    v = PerReplica([c._value for c in v.values], v.devices)
+            converted.append((v, d))
+        return self._cross_device_ops.batch_reduce(reduce_op, converted, options)
 
     def _broadcast_to(self, tensor, destinations):
         return self._cross_device_ops.broadcast(tensor, destinations)

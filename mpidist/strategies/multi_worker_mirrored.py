@@ -149,6 +149,14 @@ class _MultiWorkerExtended(_MirroredExtended):
             return Mirrored([v / self._num_workers for v in summed.values], summed.devices)
         return summed / self._num_workers
 
+    def _batch_reduce_to(self, reduce_op, pairs, options):
+        if self._num_workers > 1 and len(self._device_specs) == 1:
+            # One replica per rank: strategy.run hands back bare arrays, and each is that
+            # replica's value; wrapping them lets the batch travel packed.
+            pairs = [(v if isinstance(v, DistributedValues)
+                      else PerReplica([as_array(v)], self._device_specs), d) for v, d in pairs]
+        return super()._batch_reduce_to(reduce_op, pairs, options)
+
     def _all_reduce_leaves(self, reduce_op, per_leaf, options):
         # With one local replica the leaves arrive bare; they are still that replica's values.
         wrapped = [v if isinstance(v, DistributedValues) else PerReplica([v], self._device_specs)

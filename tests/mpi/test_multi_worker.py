@@ -15,6 +15,8 @@ import mpidist
 from mpidist.core import nest
 from mpidist.cluster_resolver import MPIClusterResolver, TFConfigClusterResolver
 from mpidist.experimental import CommunicationOptions
+from mpidist.ops import collective_all_reduce
+from mpidist.ops.collective_all_reduce import _single_host_replicas
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
@@ -264,3 +266,39 @@ def test_no_launch_variable_contradicts_the_world():
 
     announced = launcher_world_size()
     assert announced is None or announced[1] == size, (announced, os.environ.get("PMI_SIZE"))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("bytes_per_pack", [0, 64])
+def test_one_dtype_batch_takes_the_packed_path_and_results_stay_valid(dtype, bytes_per_pack,
+                                                                     monkeypatch):
+    """One replica per rank and one dtype: the batch is packed by one concatenate into a
+    recycled buffer; results of an earlier call must survive a later one."""
+    s, ref = mwms(1, bytes_per_pack=bytes_per_pack), reference(1)
+    shapes = [(7,), (3, 4), (50,), (), (4, 3)]
+
+    def step():
+        vals = [value_of(rid(), sh, dtype) if sh else np.array(rid() + 2, dtype) for sh in shapes]
+        vals[4] = vals[4].T.copy().T  # a non-contiguous (transposed) replica value
+        return tuple(vals)
+
+    taken = []
+
+    def spy(pairs):
+        arrays = _single_host_replicas(pairs)
+        taken.append(arrays is not None)
+        return arrays
+
+    monkeypatch.setattr(collective_all_reduce, "_single_host_replicas", spy)
+    first = s.extended.batch_reduce_to("SUM", [(v, "/cpu:0") for v in s.run(step)])
+    assert taken == [True] or size == 1  # one rank: TF's local shortcut, no collective
+    kept = [np.array(x, copy=True) for x in first]
+    for op in ("SUM", "MEAN"):
+        got = s.extended.batch_reduce_to(op, [(v, "/cpu:0") for v in s.run(step)])
+        want = ref.extended.batch_reduce_to(op, [(v, "/cpu:0") for v in ref.run(step)])
+        for g, w in zip(got, want):
+            assert np.shape(g) == np.shape(w) and np.asarray(g).dtype == np.asarray(w).dtype
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+    for x, k in zip(first, kept):
+        np.testing.assert_array_equal(x, k)
