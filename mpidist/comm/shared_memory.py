@@ -61,8 +61,9 @@ class SharedMemoryAllReduce:
         """Sum ``buf`` (C-contiguous host array) over all ranks, in place (or ``send`` into
         ``buf`` when given).
 
-        ``wait(request, what)`` completes a non-blocking MPI request or raises; the
-        communicator passes its deadline-aware wait so a lost peer becomes a timeout.
+        ``wait`` is the communicator's deadline-aware waiter (``comm.communicator._Waiter``):
+        once the ranks have agreed on the call its barriers are blocking calls under the
+        watchdog, otherwise polled non-blocking ones, so a lost peer becomes a timeout.
         """
         flat = buf.reshape(-1)
         n = flat.size
@@ -70,20 +71,23 @@ class SharedMemoryAllReduce:
         slots = [s[:flat.nbytes].view(flat.dtype) for s in self._slots]
         mine = slots[self._rank]
         np.copyto(mine, flat if send is None else send.reshape(-1))
-        wait(self._node.Ibarrier(), "shared-memory barrier before the reduce")
+        node = self._node
+        wait.blocking(node.Barrier, node.Ibarrier, "shared-memory barrier before the reduce")
         lo, hi = _chunk(n, self._rank, self._size)
         if hi > lo:
             others = [s[lo:hi] for q, s in enumerate(slots) if q != self._rank]
             reduce_n([mine[lo:hi], *others], out=mine[lo:hi])
-            if self._cross is not None:
-                wait(self._cross.Iallreduce(self._mpi.IN_PLACE, mine[lo:hi], self._mpi.SUM),
-                     "all-reduce across nodes")
-        wait(self._node.Ibarrier(), "shared-memory barrier after the reduce")
+        if self._cross is not None:  # every rank calls it: chunks are empty alike on all nodes
+            chunk, mpi = mine[lo:hi], self._mpi
+            wait.blocking(lambda: self._cross.Allreduce(mpi.IN_PLACE, chunk, mpi.SUM),
+                          lambda: self._cross.Iallreduce(mpi.IN_PLACE, chunk, mpi.SUM),
+                          "all-reduce across nodes")
+        wait.blocking(node.Barrier, node.Ibarrier, "shared-memory barrier after the reduce")
         for q, slot in enumerate(slots):
             lo, hi = _chunk(n, q, self._size)
             flat[lo:hi] = slot[lo:hi]
         # Nobody may overwrite a slot while another rank still copies its chunk out.
-        wait(self._node.Ibarrier(), "shared-memory barrier after the copy-out")
+        wait.blocking(node.Barrier, node.Ibarrier, "shared-memory barrier after the copy-out")
         return buf
 
     def free(self):
