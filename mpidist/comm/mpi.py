@@ -21,6 +21,9 @@ __all__ = ["mpi_module", "check_launch", "launcher_world_size", "install_abort_o
 LAUNCHER_SIZE_VARIABLES = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
                            "PMI_SIZE")
 
+# Set by the process manager that started this very process (not inherited from a job).
+PROCESS_MANAGER_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
 _lock = threading.Lock()
 _hook_installed = False
 
@@ -58,6 +61,10 @@ def check_launch(size, environ=None):
     another MPI than mpi4py's, starts N processes that each initialise MPI alone (size 1), so
     N copies of the job would train N separate models.
     """
+    environ = os.environ if environ is None else environ
+    if any(environ.get(name, "").strip() == str(size) for name in PROCESS_MANAGER_VARIABLES):
+        return  # the process manager that started this rank agrees with MPI (e.g. mpiexec -n 2
+        # inside a 4-task Slurm allocation)
     announced = launcher_world_size(environ)
     if announced is None:
         return

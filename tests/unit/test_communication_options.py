@@ -160,3 +160,10 @@ def test_pack_ranges_of_a_large_model_respect_the_default():
     assert all(s * 4 <= DEFAULT_BYTES_PER_PACK + 16 * 1024 * 1024 for s in sizes)
     assert len(ranges) == 7  # greedy: a pack closes once it holds more than 32 MiB (3 tensors)
     assert np.all(np.diff([lo for lo, _ in ranges]) < 0)
+
+
+def test_a_process_manager_that_agrees_with_mpi_wins_over_slurm_counts():
+    check_launch(2, {"SLURM_NTASKS": "4", "PMI_SIZE": "2"})
+    check_launch(2, {"SLURM_STEP_NUM_TASKS": "8", "OMPI_COMM_WORLD_SIZE": "2"})
+    with pytest.raises(RuntimeError, match="every task is running alone"):
+        check_launch(1, {"SLURM_STEP_NUM_TASKS": "8", "PMI_SIZE": "8"})
