@@ -1,2 +1,4 @@
-"""Layer 2: communicators. NCCL between the local GPUs of one process today; MPI across ranks
-arrives with MultiWorkerMirroredStrategy."""
+"""Layer 2: communicators. ``communicator.Communicator`` runs buffer collectives across MPI
+ranks (fingerprint agreement, deadlines, a progress board, the shared-memory all-reduce);
+``mpi`` imports MPI lazily and checks the launch; ``nccl`` drives NCCL between local GPUs and
+across ranks; ``options`` holds CommunicationOptions."""
