@@ -42,6 +42,7 @@ class CollectiveAllReduce(ReductionToOneDevice):
         self._group_size = int(num_replicas_in_sync)
         self._options = options if options is not None else CommunicationOptions()
         self._nccl = nccl_group
+        self._range_cache = {}
 
     # Workers always talk, even when this worker has one replica: TF's single-replica
     # shortcuts of the base class would skip the other workers.
@@ -92,6 +93,16 @@ class CollectiveAllReduce(ReductionToOneDevice):
             self._unpack_to(flat, layout, items, destinations, results, self._fusion)
         return results
 
+    def _ranges(self, layout, itemsize, bytes_per_pack):
+        """``_pack_ranges``, cached: a model sends the same layouts every step."""
+        key = (layout, itemsize, bytes_per_pack)
+        ranges = self._range_cache.get(key)
+        if ranges is None:
+            if len(self._range_cache) > 256:
+                self._range_cache.clear()
+            ranges = self._range_cache[key] = _pack_ranges(layout, itemsize, bytes_per_pack)
+        return ranges
+
     def _mean(self, reduced, reduce_op):
         if reduce_op is not ReduceOp.MEAN:
             return reduced
@@ -109,7 +120,7 @@ class CollectiveAllReduce(ReductionToOneDevice):
         if layout is None or len(layout) == 1:
             self._all_reduce(flat, opts)
         else:
-            for lo, hi in _pack_ranges(layout, flat.itemsize, opts.bytes_per_pack):
+            for lo, hi in self._ranges(layout, flat.itemsize, opts.bytes_per_pack):
                 self._all_reduce(flat[lo:hi], opts)
         return self._mean(reduced, reduce_op)
 
@@ -144,15 +155,18 @@ def _single_host_replicas(pairs):
         return None
     arrays = []
     ndarray = np.ndarray
+    dtype = None
     for value, dest in pairs:
         components = value.values
-        if dest is not destinations or len(components) != 1 or type(components[0]) is not ndarray:
+        if dest is not destinations or len(components) != 1:
             return None
-        arrays.append(components[0])
-    dtype = arrays[0].dtype
-    if dtype not in _PACKABLE or any(a.dtype != dtype for a in arrays):
-        return None
-    return arrays
+        a = components[0]
+        if type(a) is not ndarray or (a.dtype is not dtype and a.dtype != dtype):
+            if dtype is not None or type(a) is not ndarray:
+                return None
+            dtype = a.dtype
+        arrays.append(a)
+    return arrays if dtype in _PACKABLE else None
 
 
 def _pack_ranges(layout, itemsize, bytes_per_pack):

@@ -148,7 +148,8 @@ def normalize_pairs(value_destination_pairs):
     pairs = []
     checked = set()  # ids of destinations already validated: a batch repeats one object
     for pair in value_destination_pairs:
-        check_value_destination_pair(pair)
+        if type(pair) is not tuple or len(pair) != 2:
+            check_value_destination_pair(pair)  # raises the error that says what is wrong
         value, destinations = pair
         if id(destinations) not in checked:
             validate_destinations(destinations)

@@ -274,7 +274,8 @@ class StrategyExtended:
         reduce_op = _reduce_op_argument("batch_reduce_to", reduce_op)
         pairs = list(value_destination_pairs)
         for pair in pairs:
-            check_value_destination_pair(pair)
+            if type(pair) is not tuple or len(pair) != 2:
+                check_value_destination_pair(pair)  # raises the error that says what is wrong
         return self._batch_reduce_to(reduce_op, pairs, options)
 
     def _batch_reduce_to(self, reduce_op, pairs, options):
