@@ -155,18 +155,19 @@ def _single_host_replicas(pairs):
         return None
     arrays = []
     ndarray = np.ndarray
-    dtype = None
+    first = pairs[0][0].values[0]
+    dtype = getattr(first, "dtype", None)
+    if dtype not in _PACKABLE:  # (np.dtype(None) is float64: never compare a dtype with None)
+        return None
     for value, dest in pairs:
         components = value.values
         if dest is not destinations or len(components) != 1:
             return None
         a = components[0]
         if type(a) is not ndarray or (a.dtype is not dtype and a.dtype != dtype):
-            if dtype is not None or type(a) is not ndarray:
-                return None
-            dtype = a.dtype
+            return None
         arrays.append(a)
-    return arrays if dtype in _PACKABLE else None
+    return arrays
 
 
 def _pack_ranges(layout, itemsize, bytes_per_pack):
