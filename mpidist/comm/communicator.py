@@ -136,10 +136,7 @@ class Communicator:
         if op not in _REDUCE_OPS:
             raise ValueError(f"all_reduce op must be one of {_REDUCE_OPS}, got {op!r}.")
         if is_device_array(buf) and not self._gpu_aware:
-            host = buf.get() if send is None else send.get()
-            self.all_reduce(host, op, timeout)
-            buf.set(host)
-            return buf
+            return self._via_host(buf, lambda host: self.all_reduce(host, op, timeout), send)
         call = CollectiveCall("all_reduce", op=op, dtype=buf.dtype.name, shape=buf.shape)
         with self._collective(call, timeout) as wait:
             if self.size == 1:
@@ -159,10 +156,7 @@ class Communicator:
     def broadcast(self, buf, root=0, timeout=None):
         """Copy ``buf`` of rank ``root`` into ``buf`` of every rank, in place."""
         if is_device_array(buf) and not self._gpu_aware:
-            host = buf.get()
-            self.broadcast(host, root, timeout)
-            buf.set(host)
-            return buf
+            return self._via_host(buf, lambda host: self.broadcast(host, root, timeout))
         call = CollectiveCall("broadcast", root=root, dtype=buf.dtype.name, shape=buf.shape)
         with self._collective(call, timeout) as wait:
             if self.size > 1:
@@ -184,14 +178,7 @@ class Communicator:
         with self._collective(call, timeout) as wait:
             if self.size == 1:
                 return array.copy()
-            counts = np.zeros(self.size, dtype=np.int64)
-            mine = np.array([array.size], dtype=np.int64)
-            wait(self._comm.Iallgather(mine, counts), "all-gather of sizes")
-            out = np.empty(int(counts.sum()), dtype=array.dtype)
-            displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-            wait(self._comm.Iallgatherv(array.reshape(-1),
-                                        [out, (counts.tolist(), displs.tolist())]),
-                 "all-gather")
+            out, _, _ = self._allgatherv(array.reshape(-1), wait)
         rows = out.size // max(1, int(np.prod(array.shape[1:], dtype=np.int64)))
         return out.reshape((rows,) + array.shape[1:])
 
@@ -220,13 +207,28 @@ class Communicator:
         wait = self._waiter(CollectiveCall("all_gather_object"), timeout)
         if self.size == 1:
             return [payload]
-        counts = np.zeros(self.size, dtype=np.int64)
-        wait(self._comm.Iallgather(np.array([payload.size], dtype=np.int64), counts),
-             "all-gather of sizes")
-        out = np.empty(int(counts.sum()), dtype=np.uint8)
-        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        wait(self._comm.Iallgatherv(payload, [out, (counts.tolist(), displs.tolist())]), "all-gather")
+        out, counts, displs = self._allgatherv(payload, wait)
         return [out[d:d + c] for d, c in zip(displs, counts)]
+
+    def _allgatherv(self, flat, wait):
+        """Every rank's 1-D ``flat`` (sizes may differ) concatenated in rank order:
+        ``(result, counts, displacements)``."""
+        counts = np.zeros(self.size, dtype=np.int64)
+        wait(self._comm.Iallgather(np.array([flat.size], dtype=np.int64), counts),
+             "all-gather of sizes")
+        out = np.empty(int(counts.sum()), dtype=flat.dtype)
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        wait(self._comm.Iallgatherv(flat, [out, (counts.tolist(), displs.tolist())]), "all-gather")
+        return out, counts, displs
+
+    @staticmethod
+    def _via_host(buf, collective, send=None):
+        """Without GPU-aware MPI a device buffer travels through a host copy (``get`` waits
+        for the stream), and the result is copied back."""
+        host = (buf if send is None else send).get()
+        collective(host)
+        buf.set(host)
+        return buf
 
     def _agree(self, call, wait):
         fp = call.fingerprint(self._seq)

@@ -10,7 +10,7 @@ the sum, as TF's collective ops do.
 
 import numpy as np
 
-from mpidist.backend import as_array, copy_to_device
+from mpidist.backend import as_array
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
 from mpidist.kernels.layout import group_by_size
 from mpidist.ops.cross_device_ops import as_per_replica, normalize_pairs
@@ -68,8 +68,8 @@ class CollectiveAllReduce(ReductionToOneDevice):
                 send = np.ascontiguousarray(send)
             if send.dtype.kind in "fiu" and send.dtype.itemsize >= 2:
                 out = self._fusion.host_result(send.size, send.dtype).reshape(send.shape)
-                opts = self._options if options is None else self._options.merge(options)
-                self._comm.all_reduce(out, "sum", timeout=opts.timeout_seconds, send=send)
+                self._comm.all_reduce(out, "sum", timeout=self._merged(options).timeout_seconds,
+                                      send=send)
                 out = self._mean(out, reduce_op)
                 return simple_broadcast(out, destinations, reuse=True)
         return super().reduce_implementation(reduce_op, value, destinations, options)
@@ -114,8 +114,12 @@ class CollectiveAllReduce(ReductionToOneDevice):
     def _local_divisor(self, reduce_op, num_local):
         return None  # the global count divides once, after the cross-worker sum
 
+    def _merged(self, options):
+        """The strategy's options with the per-call ones merged on (no copy when none)."""
+        return self._options if options is None else self._options.merge(options)
+
     def _across_workers(self, reduced, reduce_op, options, layout=None):
-        opts = self._options if options is None else self._options.merge(options)
+        opts = self._merged(options)
         flat = reduced.reshape(-1)
         if layout is None or len(layout) == 1:
             self._all_reduce(flat, opts)
@@ -136,12 +140,10 @@ class CollectiveAllReduce(ReductionToOneDevice):
 
     def _gather(self, per_replica_value, destinations, axis, options=None):
         """Concatenate along ``axis`` the components of every replica of every worker."""
-        opts = self._options.merge(options)
         local, ax = self._concat_local(per_replica_value, axis)
-        host = np.moveaxis(np.asarray(copy_to_device(local, None)), ax, 0)
-        gathered = self._comm.all_gather(np.ascontiguousarray(host), timeout=opts.timeout_seconds)
-        result = np.moveaxis(gathered, 0, ax)
-        return simple_broadcast(as_array(result), destinations, reuse=True)
+        host = np.moveaxis(as_array(local), ax, 0)  # all_gather makes it contiguous
+        gathered = self._comm.all_gather(host, timeout=self._merged(options).timeout_seconds)
+        return simple_broadcast(np.moveaxis(gathered, 0, ax), destinations, reuse=True)
 
 
 _PACKABLE = frozenset(np.dtype(t) for t in ("float32", "float64", "int32", "int64"))

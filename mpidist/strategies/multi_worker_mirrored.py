@@ -7,7 +7,7 @@ numbers are those of a MirroredStrategy with the same total replicas.
 
 import numpy as np
 
-from mpidist.backend import as_array, num_gpus
+from mpidist.backend import as_array, cupy_backend, num_gpus
 from mpidist.cluster_resolver import ClusterResolver, MPIClusterResolver
 from mpidist.cluster_resolver.multi_worker import (
     id_in_cluster,
@@ -151,17 +151,11 @@ class _MultiWorkerExtended(_MirroredExtended):
 
     def _batch_reduce_to(self, reduce_op, pairs, options):
         if self._num_workers > 1 and len(self._device_specs) == 1:
-            # One replica per rank: strategy.run hands back bare arrays, and each is that
-            # replica's value; wrapping them lets the batch travel packed.
+            # One replica per rank: strategy.run (and a replica's all_reduce) hands over bare
+            # arrays, and each is that replica's value; wrapped, the batch travels packed.
             pairs = [(v if isinstance(v, DistributedValues)
                       else PerReplica([as_array(v)], self._device_specs), d) for v, d in pairs]
         return super()._batch_reduce_to(reduce_op, pairs, options)
-
-    def _all_reduce_leaves(self, reduce_op, per_leaf, options):
-        # With one local replica the leaves arrive bare; they are still that replica's values.
-        wrapped = [v if isinstance(v, DistributedValues) else PerReplica([v], self._device_specs)
-                   for v in per_leaf]
-        return self._batch_reduce_to(reduce_op, [(v, v) for v in wrapped], options)
 
     def _gather(self, value, axis):
         if self._num_workers > 1 and not isinstance(value, DistributedValues):
@@ -171,17 +165,17 @@ class _MultiWorkerExtended(_MirroredExtended):
     def _first_replica_value(self, value):
         """Replica 0 of the whole job lives on the chief: every worker takes its value. (TF
         takes each worker's own first replica, so the workers' copies drift apart.)"""
-        first = super()._first_replica_value(value)
-        if self._num_workers == 1:
-            return first
-        buf = np.array(as_array(first), copy=True)
-        return self._comm.broadcast(buf, root=0, timeout=self._communication_options.timeout_seconds)
+        return self._from_chief(super()._first_replica_value(value))
 
     def _initial_value_for_workers(self, initial):
         """Every worker starts from the chief's value, whatever its own initializer drew."""
+        return self._from_chief(initial)
+
+    def _from_chief(self, value):
+        """A copy of the chief's ``value`` on every worker (``value`` itself with one worker)."""
         if self._num_workers == 1:
-            return initial
-        buf = initial.copy() if not isinstance(initial, np.ndarray) else np.array(initial, copy=True)
+            return value
+        buf = value.copy() if cupy_backend.is_cupy_array(value) else np.array(value, copy=True)
         return self._comm.broadcast(buf, root=0,
                                     timeout=self._communication_options.timeout_seconds)
 
