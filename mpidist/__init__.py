@@ -5,7 +5,9 @@ changing only the strategy object. Importing mpidist initialises nothing: no MPI
 no kernel compilation.
 """
 
-from mpidist import cluster_resolver, errors, experimental
+from mpidist import cluster_resolver, data, errors, experimental
+from mpidist.data.distributed import DistributedDataset, DistributedIterator
+from mpidist.data.options import InputContext, InputOptions, InputReplicationMode, RunOptions
 from mpidist.ops.all_reduce import AllReduceCrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce
 from mpidist.ops.cross_device_ops import CrossDeviceOps
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
@@ -36,8 +38,13 @@ __version__ = "0.1.0"
 __all__ = [
     "AllReduceCrossDeviceOps",
     "HierarchicalCopyAllReduce",
+    "InputContext",
+    "InputOptions",
+    "InputReplicationMode",
     "NcclAllReduce",
     "CrossDeviceOps",
+    "DistributedDataset",
+    "DistributedIterator",
     "DistributedValues",
     "DistributedVariable",
     "Mirrored",
@@ -49,6 +56,7 @@ __all__ = [
     "ReduceOp",
     "ReductionToOneDevice",
     "ReplicaContext",
+    "RunOptions",
     "Strategy",
     "StrategyExtended",
     "SyncOnReadVariable",
@@ -57,6 +65,7 @@ __all__ = [
     "VariableAggregation",
     "VariableSynchronization",
     "cluster_resolver",
+    "data",
     "errors",
     "experimental",
     "experimental_set_strategy",

@@ -2,6 +2,7 @@
 no distribution)."""
 
 from mpidist.core import state
+from mpidist.data.options import InputContext
 from mpidist.strategies.context import has_strategy
 from mpidist.strategies.replica_context import DefaultReplicaContext, ReplicaContext
 from mpidist.strategies.single_replica import SingleReplicaExtended
@@ -79,6 +80,12 @@ class _DefaultExtended(SingleReplicaExtended):
 
     def _create_variable(self, *args, **kwargs):
         return type.__call__(Variable, *args, **kwargs)
+
+    def _experimental_distribute_dataset(self, dataset, options):
+        return dataset  # one replica, no device to fetch to: the dataset as it is
+
+    def _distribute_datasets_from_function(self, dataset_fn, options):
+        return dataset_fn(InputContext())
 
     def variable_created_in_scope(self, v):
         return not getattr(v, "_is_distributed_variable", False)

@@ -5,6 +5,8 @@ one device ``run`` calls the function directly. Variables created in scope get o
 device and follow TF's ON_WRITE / ON_READ aggregation rules.
 """
 
+import dataclasses
+
 from mpidist.backend import device_context, num_gpus
 from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec, parse_device
@@ -97,6 +99,9 @@ class _MirroredExtended(StrategyExtended):
         super().__init__(container_strategy, devices)
         self._cross_device_ops = cross_device_ops
         self._runner = ReplicaRunner(container_strategy, self._device_specs, self._make_replica_context)
+
+    def _input_workers(self):
+        return dataclasses.replace(super()._input_workers(), per_replica_allowed=True)
 
     def _make_replica_context(self, index):
         ctx = ReplicaContext(self._container_strategy(), index + self._replica_id_offset())

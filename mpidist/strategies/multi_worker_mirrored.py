@@ -19,6 +19,7 @@ from mpidist.comm.communicator import world_communicator
 from mpidist.comm.nccl import RankNcclGroup, nccl_module
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
 from mpidist.core.devices import DeviceSpec, parse_device
+from mpidist.data.distributed import InputWorkers
 from mpidist.ops.collective_all_reduce import CollectiveAllReduce
 from mpidist.strategies.mirrored import _MirroredExtended
 from mpidist.strategies.strategy import Strategy
@@ -130,6 +131,17 @@ class _MultiWorkerExtended(_MirroredExtended):
     @property
     def experimental_between_graph(self):
         return True
+
+    # -- input ----------------------------------------------------------------------------
+    def _input_workers(self):
+        """Every rank is a worker reading its share; the world communicator agrees end of data
+        and shuffle seeds."""
+        local = len(self._device_specs)
+        return InputWorkers(devices=self._device_specs, num_workers=self._num_workers,
+                            worker_index=self._comm.rank, num_replicas_in_sync=self._global_replicas,
+                            comm=self._comm,
+                            timeout_seconds=self._communication_options.timeout_seconds,
+                            uniform=self._global_replicas == local * self._num_workers)
 
     # -- values from one worker -----------------------------------------------------------
     def _reduce_to(self, reduce_op, value, destinations, options):

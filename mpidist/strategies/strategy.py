@@ -7,12 +7,14 @@ each concrete strategy's extended object implements (``_call_for_each_replica``,
 
 import contextlib
 import operator
+import warnings
 
 import numpy as np
 
 from mpidist.backend import as_array
 from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec
+from mpidist.data.distributed import InputWorkers, distribute_dataset, distribute_from_function
 from mpidist.ops.cross_device_ops import check_value_destination_pair
 from mpidist.strategies.context import (
     get_replica_context,
@@ -201,6 +203,33 @@ class Strategy:
         axis = operator.index(axis)
         return nest.map_structure(lambda v: self._extended._gather(v, axis), value)
 
+    # -- input ---------------------------------------------------------------------------
+    def experimental_distribute_dataset(self, dataset, options=None):
+        """Split each global batch of ``dataset`` across all replicas of all workers.
+
+        Args:
+            dataset: a batched ``mpidist.data.Dataset``, or a plain iterable of global batches
+                (arrays or tuples / dicts of arrays with a common leading dimension).
+            options: an ``mpidist.InputOptions``.
+
+        Returns a DistributedDataset; iterating it gives one PerReplica per step (a plain array
+        with one local replica). How batches are cut and workers share the data follow the
+        dataset's auto-shard policy (docs/input.md).
+        """
+        return self._extended._experimental_distribute_dataset(dataset, options)
+
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        """Call ``dataset_fn(InputContext)`` once per input pipeline (per worker; per replica in
+        ``PER_REPLICA`` mode). Its dataset must already be batched per replica; each local
+        replica takes the next element in turn."""
+        return self._extended._distribute_datasets_from_function(dataset_fn, options)
+
+    def experimental_distribute_datasets_from_function(self, dataset_fn, options=None):
+        """Deprecated alias of ``distribute_datasets_from_function``."""
+        warnings.warn("experimental_distribute_datasets_from_function is deprecated: use "
+                      "distribute_datasets_from_function.", DeprecationWarning, stacklevel=2)
+        return self.distribute_datasets_from_function(dataset_fn, options)
+
     def experimental_local_results(self, value):
         """The components of ``value`` on this worker's devices, as a tuple."""
         return self._extended._local_results(value)
@@ -367,6 +396,18 @@ class StrategyExtended:
             with self._container_strategy().scope() if state.current_mode().is_default else contextlib.nullcontext():
                 return v.value()
         return v
+
+    # -- input ----------------------------------------------------------------------------
+    def _input_workers(self):
+        """Where this strategy's input goes: one worker, its replica devices."""
+        return InputWorkers(devices=self._device_specs,
+                            num_replicas_in_sync=self._num_replicas_in_sync)
+
+    def _experimental_distribute_dataset(self, dataset, options):
+        return distribute_dataset(dataset, self._input_workers(), options)
+
+    def _distribute_datasets_from_function(self, dataset_fn, options):
+        return distribute_from_function(dataset_fn, self._input_workers(), options)
 
     # -- shared helpers -------------------------------------------------------------------
     def _local_results(self, value):

@@ -20,6 +20,7 @@ LAYERS = [
     ("cluster", ["mpidist.cluster_resolver"]),
     ("values", ["mpidist.values"]),
     ("ops", ["mpidist.ops"]),
+    ("data", ["mpidist.data"]),
     ("strategies", ["mpidist.strategies"]),
     ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli", "mpidist.experimental"]),
 ]

@@ -1,0 +1,10 @@
+"""Input pipelines: ``mpidist.data.Dataset`` (the tf.data subset the guides use) and how
+datasets are split across replicas and workers (``experimental_distribute_dataset``)."""
+
+from mpidist.data import experimental
+from mpidist.data.dataset import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset
+from mpidist.data.options import Options
+from mpidist.data.spec import TensorSpec
+
+__all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "Dataset", "Options",
+           "TensorSpec", "experimental"]

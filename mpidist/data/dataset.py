@@ -1,0 +1,672 @@
+"""``mpidist.data.Dataset``: the part of ``tf.data`` the distribution guides use, over NumPy.
+
+A Dataset is an immutable, lazy pipeline: each transformation returns a new Dataset wrapping
+its input, and iterating one runs the chain from the source. Elements are NumPy arrays or
+nested tuples / dicts of them. As in tf.data, a Python *list* is data (one array), while a tuple
+or dict is structure.
+
+Randomness is explicit and reproducible: ``shuffle(seed=s)`` gives the same sequence of orders on
+every run and every rank; without a seed, a distributed dataset agrees one seed across workers
+(see ``mpidist.data.distributed``) so sharding by data never duplicates or loses an example.
+"""
+
+import collections.abc
+import itertools
+import os
+import queue
+import threading
+
+import numpy as np
+
+from mpidist.backend import as_array, is_array
+from mpidist.core import nest
+from mpidist.data.options import Options
+from mpidist.data.spec import TensorSpec, spec_of
+from mpidist.errors import InvalidArgumentError
+
+__all__ = ["Dataset", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY"]
+
+AUTOTUNE = -1
+INFINITE_CARDINALITY = -1
+UNKNOWN_CARDINALITY = -2
+_AUTOTUNE_PREFETCH = 2  # what AUTOTUNE means for prefetch: double buffering
+
+
+def _to_data(x):
+    """User input as a data structure: tuples / dicts stay structure, everything else an array."""
+    if isinstance(x, (tuple, collections.abc.Mapping)):
+        return nest.map_structure(_leaf_array, _lists_as_leaves(x))
+    return _leaf_array(x)
+
+
+def _lists_as_leaves(x):
+    # nest treats lists as structure; tf.data treats them as tensors, so wrap them first.
+    if isinstance(x, list):
+        return _ListLeaf(x)
+    if isinstance(x, collections.abc.Mapping):
+        items = {k: _lists_as_leaves(v) for k, v in x.items()}
+        return items if type(x) is dict else type(x)(items)
+    if isinstance(x, tuple):
+        items = [_lists_as_leaves(v) for v in x]
+        return type(x)._make(items) if nest.is_namedtuple(x) else tuple(items)
+    return x
+
+
+class _ListLeaf:
+    __slots__ = ("items",)
+
+    def __init__(self, items):
+        self.items = items
+
+
+def _leaf_array(x):
+    if isinstance(x, _ListLeaf):
+        x = x.items
+    if is_array(x):
+        return as_array(x)  # device arrays are brought to the host: pipelines run there
+    return np.asarray(x)
+
+
+class _IterContext:
+    """What one top-level iteration tells every node of the chain.
+
+    ``iteration`` numbers the top-level iterations (a reshuffling shuffle reseeds per
+    iteration); ``agreed_seed`` replaces unseeded shuffles' local random seeds (workers agree
+    on it); ``source_shard`` is ``(num_shards, index)`` for FILE auto-sharding.
+    """
+
+    def __init__(self, iteration=0, agreed_seed=None, source_shard=None):
+        self.iteration = iteration
+        self.agreed_seed = agreed_seed
+        self.source_shard = source_shard
+        self._instances = {}
+
+    def next_instance(self, node):
+        """How many iterators of ``node`` this iteration created before (repeat re-creates)."""
+        n = self._instances.get(id(node), 0)
+        self._instances[id(node)] = n + 1
+        return n
+
+
+class Dataset:
+    """A lazy pipeline of elements (``tf.data.Dataset``). Build one with ``from_tensor_slices``,
+    ``from_tensors``, ``range`` or ``from_generator`` and chain transformations."""
+
+    _batch_size = None  # set by batch(): the static global batch size seen by distribution
+
+    def __init__(self, inputs=()):
+        self._inputs = tuple(inputs)
+        self._depth = 1 + max((d._depth for d in self._inputs), default=0)
+        self._iterations = itertools.count()
+        self._spec_cache = None
+
+    # -- sources -----------------------------------------------------------------------------
+    @staticmethod
+    def from_tensor_slices(tensors, name=None):
+        """One element per row of ``tensors`` (an array or a tuple/dict of arrays whose leading
+        dimensions agree)."""
+        return _TensorSlices(_to_data(tensors))
+
+    @staticmethod
+    def from_tensors(tensors, name=None):
+        """A dataset with the single element ``tensors``."""
+        return _Tensors(_to_data(tensors))
+
+    @staticmethod
+    def range(*args, dtype=np.int64, name=None):
+        """``range(stop)``, ``range(start, stop)`` or ``range(start, stop, step)`` as scalars."""
+        if not 1 <= len(args) <= 3:
+            raise ValueError(f"range takes 1 to 3 positional arguments (stop | start, stop[, step]), got {len(args)}.")
+        r = range(*(int(a) for a in args))
+        return _Range(r, np.dtype(dtype))
+
+    @staticmethod
+    def from_generator(generator, output_types=None, output_shapes=None, args=None,
+                       output_signature=None, name=None):
+        """Elements from ``generator(*args)``, a callable returning an iterator (called again on
+        each iteration). ``output_signature`` (TensorSpecs) fixes and checks the element type;
+        without it the spec is taken from the first element."""
+        if not callable(generator):
+            raise TypeError("`generator` must be a Python callable that returns an iterator.")
+        if output_signature is None and output_types is not None:
+            shapes = output_shapes
+            if shapes is None:
+                shapes = nest.map_structure(lambda _: None, output_types)
+            output_signature = nest.map_structure(
+                lambda t, s: TensorSpec(() if s is None else s, t), output_types, shapes)
+        return _Generator(generator, tuple(args or ()), output_signature)
+
+    # -- transformations -----------------------------------------------------------------------
+    def batch(self, batch_size, drop_remainder=False, num_parallel_calls=None, deterministic=None,
+              name=None):
+        """Stack consecutive elements into batches of ``batch_size`` (the last may be short
+        unless ``drop_remainder``)."""
+        batch_size = _positive_int("batch_size", batch_size)
+        return _Batch(self, batch_size, bool(drop_remainder))
+
+    def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=True, name=None):
+        """Shuffle through a buffer of ``buffer_size`` elements (tf.data's algorithm).
+
+        With ``seed`` the sequence of orders is the same on every run and rank; each new
+        iteration (an epoch, or a pass of ``repeat``) draws a new order unless
+        ``reshuffle_each_iteration=False``.
+        """
+        if buffer_size == AUTOTUNE:
+            buffer_size = 1 << 62
+        buffer_size = _positive_int("buffer_size", buffer_size)
+        if seed is not None:
+            seed = _seed_int(seed)
+        return _Shuffle(self, buffer_size, seed, bool(reshuffle_each_iteration))
+
+    def repeat(self, count=None, name=None):
+        """Repeat the dataset ``count`` times (None or -1: forever)."""
+        count = -1 if count is None else _count_int("count", count)
+        return _Repeat(self, count)
+
+    def shard(self, num_shards, index, name=None):
+        """Every ``num_shards``-th element, starting at ``index``."""
+        num_shards, index = int(num_shards), int(index)
+        if num_shards <= 0:
+            raise InvalidArgumentError(
+                f"Number of shards must be greater than zero (currently num_shards = {num_shards}).")
+        if not 0 <= index < num_shards:
+            raise InvalidArgumentError(
+                f"Index must be between 0 and {num_shards - 1} (currently index = {index}).")
+        return _Shard(self, num_shards, index)
+
+    def map(self, map_func, num_parallel_calls=None, deterministic=None, name=None):
+        """Apply ``map_func`` to each element (a tuple element is passed as positional
+        arguments). Runs in the iterating thread; ``num_parallel_calls`` is accepted for
+        compatibility (map a batched dataset to vectorise instead)."""
+        if not callable(map_func):
+            raise TypeError(f"map_func must be callable, got {map_func!r}.")
+        return _Map(self, map_func)
+
+    def take(self, count, name=None):
+        """At most ``count`` elements (-1: all)."""
+        return _Take(self, _count_int("count", count))
+
+    def skip(self, count, name=None):
+        """Everything after the first ``count`` elements (-1: skip all)."""
+        return _Skip(self, _count_int("count", count))
+
+    def prefetch(self, buffer_size, name=None):
+        """Produce up to ``buffer_size`` elements ahead in a background thread (AUTOTUNE: 2)."""
+        if buffer_size == AUTOTUNE:
+            buffer_size = _AUTOTUNE_PREFETCH
+        buffer_size = _count_int("buffer_size", buffer_size)
+        if buffer_size < 0:
+            raise InvalidArgumentError(f"buffer_size must be >= 0 or AUTOTUNE, got {buffer_size}.")
+        return _Prefetch(self, buffer_size) if buffer_size else self
+
+    def with_options(self, options, name=None):
+        """This dataset with ``options`` (an ``mpidist.data.Options``) set; fields it sets win
+        over options set earlier in the chain."""
+        if not isinstance(options, Options):
+            raise TypeError(f"options must be an mpidist.data.Options, got {type(options).__name__}.")
+        return _WithOptions(self, options)
+
+    # -- inspection ------------------------------------------------------------------------------
+    def options(self):
+        """The options of the whole chain, merged from the source outwards."""
+        merged = Options()
+        for node in self._chain_from_source():
+            if isinstance(node, _WithOptions):
+                merged = merged.merge(node._options)
+        return merged
+
+    @property
+    def element_spec(self):
+        """The TensorSpec structure of the elements (None marks a dimension that varies)."""
+        if self._spec_cache is None:
+            self._spec_cache = self._compute_spec()
+        return self._spec_cache
+
+    def cardinality(self):
+        """The number of elements: an int, ``INFINITE_CARDINALITY`` (-1) or
+        ``UNKNOWN_CARDINALITY`` (-2)."""
+        return self._cardinality()
+
+    def __len__(self):
+        n = self.cardinality()
+        if n == INFINITE_CARDINALITY:
+            raise TypeError("The dataset is infinite.")
+        if n == UNKNOWN_CARDINALITY:
+            raise TypeError("The dataset length is unknown.")
+        return n
+
+    def __bool__(self):
+        return True
+
+    def __iter__(self):
+        return self._iterate(_IterContext(iteration=next(self._iterations)))
+
+    def as_numpy_iterator(self):
+        """An iterator over the elements (they already are NumPy arrays)."""
+        return iter(self)
+
+    def __repr__(self):
+        return f"<{type(self).__name__.lstrip('_')}Dataset element_spec={self.element_spec}>"
+
+    # -- for subclasses and the distribution layer ----------------------------------------------
+    def _iterate(self, ctx):
+        raise NotImplementedError
+
+    def _compute_spec(self):
+        return self._inputs[0].element_spec
+
+    def _cardinality(self):
+        return self._inputs[0]._cardinality()
+
+    def _chain_from_source(self):
+        chain, node = [], self
+        while node is not None:
+            chain.append(node)
+            node = node._inputs[0] if node._inputs else None
+        return chain[::-1]
+
+    def _source(self):
+        return self._chain_from_source()[0]
+
+    def _static_batch_size(self):
+        """The batch size of the batch closest to the output, else None."""
+        for node in reversed(self._chain_from_source()):
+            if isinstance(node, _Batch):
+                return node._batch_size
+        return None
+
+
+def _positive_int(name, value):
+    value = _count_int(name, value)
+    if value <= 0:
+        raise InvalidArgumentError(f"{name} must be greater than zero, got {value}.")
+    return value
+
+
+def _count_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}.")
+    return int(value)
+
+
+def _seed_int(seed):
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int or None, got {seed!r}.")
+    return int(seed)
+
+
+def _apply_source_shard(ctx, indices):
+    if ctx.source_shard is None:
+        return indices
+    num, index = ctx.source_shard
+    return indices[index::num]
+
+
+class _TensorSlices(Dataset):
+    def __init__(self, tensors):
+        super().__init__()
+        leaves = nest.flatten(tensors)
+        if not leaves:
+            raise ValueError("from_tensor_slices needs at least one array.")
+        for leaf in leaves:
+            if leaf.ndim == 0:
+                raise InvalidArgumentError(
+                    f"from_tensor_slices needs arrays with at least one dimension to slice; got a "
+                    f"scalar {leaf!r}. Use from_tensors for a single element.")
+        n = leaves[0].shape[0]
+        for leaf in leaves[1:]:
+            if leaf.shape[0] != n:
+                raise InvalidArgumentError(
+                    f"from_tensor_slices: dimensions {n} and {leaf.shape[0]} are not compatible; "
+                    "every component must have the same number of rows.")
+        self._tensors, self._flat, self._n = tensors, leaves, n
+
+    def _iterate(self, ctx):
+        flat, structure = self._flat, self._tensors
+        for i in _apply_source_shard(ctx, range(self._n)):
+            if len(flat) == 1 and not nest.is_nested(structure):
+                yield flat[0][i]
+            else:
+                yield nest.pack_sequence_as(structure, [leaf[i] for leaf in flat])
+
+    def _compute_spec(self):
+        return nest.map_structure(lambda a: TensorSpec(a.shape[1:], a.dtype), self._tensors)
+
+    def _cardinality(self):
+        return self._n
+
+    def _source_count(self):
+        return self._n
+
+
+class _Tensors(Dataset):
+    def __init__(self, tensors):
+        super().__init__()
+        self._tensors = tensors
+
+    def _iterate(self, ctx):
+        if ctx.source_shard is None or ctx.source_shard[1] == 0:
+            yield self._tensors
+
+    def _compute_spec(self):
+        return spec_of(self._tensors)
+
+    def _cardinality(self):
+        return 1
+
+    def _source_count(self):
+        return 1
+
+
+class _Range(Dataset):
+    def __init__(self, r, dtype):
+        super().__init__()
+        self._range, self._dtype = r, dtype
+
+    def _iterate(self, ctx):
+        make = self._dtype.type
+        for i in _apply_source_shard(ctx, self._range):
+            yield make(i)
+
+    def _compute_spec(self):
+        return TensorSpec((), self._dtype)
+
+    def _cardinality(self):
+        return len(self._range)
+
+    def _source_count(self):
+        return len(self._range)
+
+
+class _Generator(Dataset):
+    def __init__(self, generator, args, signature):
+        super().__init__()
+        self._generator, self._args, self._signature = generator, args, signature
+
+    def _iterate(self, ctx):
+        it = iter(self._generator(*self._args))
+        if ctx.source_shard is not None:
+            num, index = ctx.source_shard
+            it = itertools.islice(it, index, None, num)
+        for count, element in enumerate(it):
+            element = _to_data(element)
+            if self._signature is not None:
+                element = _conform(element, self._signature, count)
+            yield element
+
+    def _compute_spec(self):
+        if self._signature is not None:
+            return self._signature
+        for element in self._iterate(_IterContext()):
+            return spec_of(element)
+        raise ValueError(
+            "The generator yielded no element, so its element_spec is unknown; pass "
+            "output_signature to from_generator.")
+
+    def _cardinality(self):
+        return UNKNOWN_CARDINALITY
+
+    def _source_count(self):
+        return None
+
+
+def _conform(element, signature, count):
+    try:
+        nest.assert_same_structure(signature, element)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"`generator` yielded an element ({count}) that did not match the expected structure "
+            f"{signature}: {element!r}.") from None
+
+    def fit(spec, x):
+        try:
+            x = x.astype(spec.dtype, copy=False) if x.dtype != spec.dtype else x
+        except (TypeError, ValueError):
+            x = None
+        if x is None or not spec.is_compatible_with(x):
+            raise InvalidArgumentError(
+                f"`generator` yielded an element ({count}) of shape {getattr(x, 'shape', '?')} "
+                f"that does not fit the output_signature {spec}.")
+        return x
+
+    return nest.map_structure(fit, signature, element)
+
+
+class _Batch(Dataset):
+    def __init__(self, input_dataset, batch_size, drop_remainder):
+        super().__init__((input_dataset,))
+        self._batch_size, self._drop_remainder = batch_size, drop_remainder
+
+    def _iterate(self, ctx):
+        it = self._inputs[0]._iterate(ctx)
+        n = self._batch_size
+        while True:
+            elements = list(itertools.islice(it, n))
+            if not elements or (self._drop_remainder and len(elements) < n):
+                return
+            yield _stack(elements)
+
+    def _compute_spec(self):
+        size = self._batch_size if self._drop_remainder else None
+        return nest.map_structure(lambda s: s.with_batch_dim(size), self._inputs[0].element_spec)
+
+    def _cardinality(self):
+        n = self._inputs[0]._cardinality()
+        if n < 0:
+            return n
+        return n // self._batch_size if self._drop_remainder else -(-n // self._batch_size)
+
+
+def _stack(elements):
+    first = elements[0]
+    if not nest.is_nested(first):
+        columns = [elements]
+    else:
+        flats = [nest.flatten(e) for e in elements]
+        columns = list(zip(*flats))
+    stacked = []
+    for c, column in enumerate(columns):
+        try:
+            stacked.append(np.stack(column))
+        except ValueError:
+            shapes = [np.shape(x) for x in column]
+            bad = next(i for i, s in enumerate(shapes) if s != shapes[0])
+            raise InvalidArgumentError(
+                f"Cannot batch tensors with different shapes in component {c}. First element had "
+                f"shape {list(shapes[0])} and element {bad} had shape {list(shapes[bad])}.") from None
+    return stacked[0] if not nest.is_nested(first) else nest.pack_sequence_as(first, stacked)
+
+
+class _Shuffle(Dataset):
+    def __init__(self, input_dataset, buffer_size, seed, reshuffle):
+        super().__init__((input_dataset,))
+        self._buffer_size, self._seed, self._reshuffle = buffer_size, seed, reshuffle
+        # An unseeded shuffle is random per run but fixed for this object, as in tf.data.
+        self._random_seed = int.from_bytes(os.urandom(8), "little")
+
+    def _rng(self, ctx):
+        instance = ctx.next_instance(self)
+        if self._seed is not None:
+            base = self._seed
+        else:
+            base = ctx.agreed_seed if ctx.agreed_seed is not None else self._random_seed
+        entropy = [base, self._depth] + ([ctx.iteration, instance] if self._reshuffle else [])
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
+
+    def _iterate(self, ctx):
+        rng = self._rng(ctx)
+        it = self._inputs[0]._iterate(ctx)
+        buffer = list(itertools.islice(it, self._buffer_size))
+        draws, pos = rng.random(1024), 0
+        for element in it:
+            if pos == len(draws):
+                draws, pos = rng.random(1024), 0
+            k = int(draws[pos] * len(buffer))
+            pos += 1
+            yield buffer[k]
+            buffer[k] = element
+        order = rng.permutation(len(buffer))
+        for k in order:
+            yield buffer[k]
+
+
+class _Repeat(Dataset):
+    def __init__(self, input_dataset, count):
+        super().__init__((input_dataset,))
+        self._count = count
+
+    def _iterate(self, ctx):
+        passes = itertools.count() if self._count < 0 else range(self._count)
+        for _ in passes:
+            produced = False
+            for element in self._inputs[0]._iterate(ctx):
+                produced = True
+                yield element
+            if not produced:
+                return  # repeating an empty dataset forever would spin
+
+    def _cardinality(self):
+        n = self._inputs[0]._cardinality()
+        if self._count == 0 or n == 0:
+            return 0
+        if self._count < 0:
+            return INFINITE_CARDINALITY if n != UNKNOWN_CARDINALITY else UNKNOWN_CARDINALITY
+        return n * self._count if n >= 0 else n
+
+
+class _Shard(Dataset):
+    def __init__(self, input_dataset, num_shards, index):
+        super().__init__((input_dataset,))
+        self._num_shards, self._index = num_shards, index
+
+    def _iterate(self, ctx):
+        return itertools.islice(self._inputs[0]._iterate(ctx), self._index, None, self._num_shards)
+
+    def _cardinality(self):
+        n = self._inputs[0]._cardinality()
+        if n < 0:
+            return n
+        return max(0, -(-(n - self._index) // self._num_shards))
+
+
+class _Map(Dataset):
+    def __init__(self, input_dataset, fn):
+        super().__init__((input_dataset,))
+        self._fn = fn
+
+    def _iterate(self, ctx):
+        fn = self._fn
+        for element in self._inputs[0]._iterate(ctx):
+            out = fn(*element) if type(element) is tuple else fn(element)
+            yield _to_data(out)
+
+    def _compute_spec(self):
+        # The output type is known only by running map_func, as tf.data traces it once.
+        for element in self._iterate(_IterContext()):
+            return spec_of(element)
+        return self._inputs[0].element_spec
+
+
+class _Take(Dataset):
+    def __init__(self, input_dataset, count):
+        super().__init__((input_dataset,))
+        self._count = count
+
+    def _iterate(self, ctx):
+        it = self._inputs[0]._iterate(ctx)
+        return it if self._count < 0 else itertools.islice(it, self._count)
+
+    def _cardinality(self):
+        n = self._inputs[0]._cardinality()
+        if self._count < 0:
+            return n
+        if n == INFINITE_CARDINALITY:
+            return self._count
+        return n if n == UNKNOWN_CARDINALITY else min(n, self._count)
+
+
+class _Skip(Dataset):
+    def __init__(self, input_dataset, count):
+        super().__init__((input_dataset,))
+        self._count = count
+
+    def _iterate(self, ctx):
+        it = self._inputs[0]._iterate(ctx)
+        if self._count < 0:
+            for _ in it:
+                pass
+            return
+        yield from itertools.islice(it, self._count, None)
+
+    def _cardinality(self):
+        n = self._inputs[0]._cardinality()
+        if self._count < 0:
+            return 0 if n != INFINITE_CARDINALITY else n
+        return n if n < 0 else max(0, n - self._count)
+
+
+class _WithOptions(Dataset):
+    def __init__(self, input_dataset, options):
+        super().__init__((input_dataset,))
+        self._options = options
+
+    def _iterate(self, ctx):
+        return self._inputs[0]._iterate(ctx)
+
+
+class _Prefetch(Dataset):
+    def __init__(self, input_dataset, buffer_size):
+        super().__init__((input_dataset,))
+        self._buffer_size = buffer_size
+
+    def _iterate(self, ctx):
+        return _background(self._inputs[0]._iterate(ctx), self._buffer_size)
+
+
+_END = object()
+
+
+class _Failure:
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _background(it, buffer_size):
+    """Run iterator ``it`` ahead in a daemon thread, at most ``buffer_size`` elements ahead.
+    Errors surface at the element where they happened; abandoning the iterator stops the
+    thread."""
+    q = queue.Queue(maxsize=buffer_size)
+    stop = threading.Event()
+
+    def put(item):
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce():
+        try:
+            for element in it:
+                if not put(element):
+                    return
+            put(_END)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            put(_Failure(e))
+
+    thread = threading.Thread(target=produce, name="mpidist-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failure):
+                raise item.error
+            yield item
+    finally:
+        stop.set()

@@ -1,0 +1,396 @@
+"""Distributed datasets and iterators: a worker's input split into per-replica batches.
+
+``distribute_dataset`` (behind ``strategy.experimental_distribute_dataset``) and
+``distribute_from_function`` (behind ``strategy.distribute_datasets_from_function``) build a
+``DistributedDataset``; iterating it gives, per step, one batch per local replica as a PerReplica
+(a plain array with one local replica), in the element's structure.
+
+End of data is agreed across workers: before each step every worker says whether it still has
+input (one tiny MAX all-reduce), so a worker that runs out early hands its replicas empty
+batches while the others finish, and every worker stops at the same step. No rank ever waits in
+a collective that another rank will not reach.
+"""
+
+import dataclasses
+import itertools
+import os
+
+import numpy as np
+
+from mpidist.backend.transfer import Uploader
+from mpidist.core import nest, state
+from mpidist.data import rebatch
+from mpidist.data.dataset import (
+    INFINITE_CARDINALITY,
+    UNKNOWN_CARDINALITY,
+    Dataset,
+    _background,
+    _IterContext,
+)
+from mpidist.data.options import (
+    AutoShardPolicy,
+    InputContext,
+    InputOptions,
+    InputReplicationMode,
+)
+from mpidist.data.spec import PerReplicaSpec, TensorSpec, empty_like_spec
+from mpidist.errors import InvalidArgumentError, OutOfRangeError
+from mpidist.values.containers import PerReplica
+
+__all__ = ["InputWorkers", "DistributedDataset", "DistributedIterator", "Optional",
+           "distribute_dataset", "distribute_from_function"]
+
+
+@dataclasses.dataclass(frozen=True)
+class InputWorkers:
+    """What a strategy tells the input layer about where batches go."""
+
+    devices: tuple  # this worker's replica devices (DeviceSpecs), in local replica order
+    num_workers: int = 1
+    worker_index: int = 0
+    num_replicas_in_sync: int = 1
+    comm: object = None  # the Communicator that agrees end of data and seeds (multi-worker)
+    timeout_seconds: float = None
+    per_replica_allowed: bool = False  # PER_REPLICA pipelines (MirroredStrategy only)
+    uniform: bool = True  # every worker has the same number of replicas
+
+    @property
+    def replicas_per_worker(self):
+        return len(self.devices)
+
+    @property
+    def multi_worker(self):
+        return self.comm is not None and self.num_workers > 1
+
+
+def _check_options(options):
+    if options is None:
+        return InputOptions()
+    if not isinstance(options, InputOptions):
+        raise TypeError(
+            f"options must be an mpidist.InputOptions, got {type(options).__name__}.")
+    return options
+
+
+def _agreed_seed(workers):
+    """A seed every worker shares (the chief's), for shuffles the user left unseeded."""
+    seed = np.frombuffer(os.urandom(8), dtype=np.uint64).copy() >> np.uint64(1)
+    if workers.multi_worker:
+        workers.comm.broadcast(seed, root=0, timeout=workers.timeout_seconds)
+    return int(seed[0])
+
+
+def distribute_dataset(dataset, workers, options=None):
+    """``experimental_distribute_dataset``: split each global batch over all replicas."""
+    options = _check_options(options)
+    if options.experimental_replication_mode is InputReplicationMode.PER_REPLICA:
+        raise NotImplementedError(
+            "InputReplicationMode.PER_REPLICA is only supported in "
+            "`distribute_datasets_from_function`.")
+    n = workers.num_replicas_in_sync
+    if not workers.uniform:
+        raise ValueError(
+            "experimental_distribute_dataset needs the same number of replicas on every worker "
+            f"(this job has {n} replicas over {workers.num_workers} workers, this worker has "
+            f"{workers.replicas_per_worker}). Use distribute_datasets_from_function, or give "
+            "every rank the same devices.")
+    if isinstance(dataset, Dataset):
+        spec = dataset.element_spec
+        for leaf in nest.flatten(spec):
+            if not leaf.shape:
+                raise ValueError(
+                    f"The dataset's elements are scalars (element_spec {spec}), so there is no "
+                    f"batch to split across {n} replicas. Call dataset.batch(global_batch_size) "
+                    "before experimental_distribute_dataset.")
+        policy = dataset.options().experimental_distribute.auto_shard_policy
+        static_batch = dataset._static_batch_size()
+        if static_batch is None and spec is not None:
+            first = nest.flatten(spec)[0].shape[0]
+            static_batch = first
+    else:
+        _check_iterable(dataset)
+        spec, policy, static_batch = None, AutoShardPolicy.AUTO, None
+    balanced = policy in (AutoShardPolicy.OFF, AutoShardPolicy.FILE, AutoShardPolicy.HINT)
+    source_shard = None
+    if policy is AutoShardPolicy.FILE and workers.num_workers > 1:
+        source_shard = (workers.num_workers, workers.worker_index)
+        count = dataset._source()._source_count()
+        if count is not None and count < workers.num_workers:
+            raise InvalidArgumentError(
+                f"Could not apply FILE based sharding: the dataset only has {count} file(s), "
+                f"which is not enough for the required {workers.num_workers} shards/workers. "
+                "(mpidist shards the source dataset's elements as files.) Use "
+                "AutoShardPolicy.DATA or OFF, or give the source at least one element per worker.")
+    seed = _agreed_seed(workers)
+
+    def local_steps(iteration):
+        batches = _iterate(dataset, _IterContext(iteration, seed, source_shard))
+        if balanced:
+            return rebatch.balanced_steps(batches, workers, static_batch)
+        return rebatch.legacy_steps(batches, workers)
+
+    replica_spec = None
+    if spec is not None:
+        sub = None
+        if static_batch is not None and nest.flatten(spec)[0].shape[0] == static_batch \
+                and static_batch % n == 0:
+            sub = static_batch // n
+        replica_spec = nest.map_structure(lambda s: TensorSpec((sub,) + s.shape[1:], s.dtype), spec)
+    cardinality = _cardinality(dataset)
+    if balanced and workers.num_workers > 1 and cardinality >= 0:
+        cardinality = UNKNOWN_CARDINALITY
+    return DistributedDataset(local_steps, workers, options, [replica_spec] * workers.replicas_per_worker,
+                              cardinality)
+
+
+def distribute_from_function(dataset_fn, workers, options=None):
+    """``distribute_datasets_from_function``: ``dataset_fn(InputContext)`` builds each input
+    pipeline, already batched per replica; nothing is rebatched or sharded."""
+    options = _check_options(options)
+    if not callable(dataset_fn):
+        raise TypeError(f"dataset_fn must be callable, got {dataset_fn!r}.")
+    n, r = workers.num_replicas_in_sync, workers.replicas_per_worker
+    per_replica = options.experimental_replication_mode is InputReplicationMode.PER_REPLICA
+    if per_replica and not workers.per_replica_allowed:
+        raise NotImplementedError(
+            "InputReplicationMode.PER_REPLICA is only supported in "
+            "`distribute_datasets_from_function` of mpidist.MirroredStrategy")
+    if per_replica:
+        pipelines = [dataset_fn(InputContext(n, i, n)) for i in range(r)]
+    else:
+        pipelines = [dataset_fn(InputContext(workers.num_workers, workers.worker_index, n))]
+    for p in pipelines:
+        if isinstance(p, Dataset):
+            continue
+        _check_iterable(p)
+    seed = _agreed_seed(workers)
+
+    def local_steps(iteration):
+        streams = [_iterate(p, _IterContext(iteration, seed)) for p in pipelines]
+        if per_replica:
+            return rebatch.per_replica_steps(streams)
+        return rebatch.per_worker_steps(streams[0], r)
+
+    specs = [p.element_spec if isinstance(p, Dataset) else None for p in pipelines]
+    if not per_replica:
+        specs = specs * r
+    cards = [_cardinality(p) for p in pipelines]
+    if any(c == INFINITE_CARDINALITY for c in cards):
+        cardinality = INFINITE_CARDINALITY
+    elif any(c < 0 for c in cards):
+        cardinality = UNKNOWN_CARDINALITY
+    else:
+        cardinality = max(cards) if per_replica else -(-cards[0] // r)
+    if workers.multi_worker and cardinality >= 0:
+        cardinality = UNKNOWN_CARDINALITY  # other workers' pipelines may be longer
+    return DistributedDataset(local_steps, workers, options, specs, cardinality)
+
+
+def _check_iterable(obj):
+    try:
+        iter(obj)
+    except TypeError:
+        raise TypeError(
+            f"Expected an mpidist.data.Dataset or an iterable of batches, got "
+            f"{type(obj).__name__}.") from None
+
+
+def _iterate(source, ctx):
+    return source._iterate(ctx) if isinstance(source, Dataset) else iter(source)
+
+
+def _cardinality(source):
+    if isinstance(source, Dataset):
+        return source.cardinality()
+    try:
+        return len(source)
+    except TypeError:
+        return UNKNOWN_CARDINALITY
+
+
+class DistributedDataset:
+    """A dataset distributed over replicas (``tf.distribute.DistributedDataset``): iterate it,
+    ask its ``element_spec`` or ``cardinality()``. Each ``iter()`` is a new pass over the data
+    (a new epoch: reshuffling shuffles draw a new order)."""
+
+    def __init__(self, local_steps, workers, options, replica_specs, cardinality):
+        self._local_steps = local_steps
+        self._workers = workers
+        self._options = options
+        self._replica_specs = replica_specs
+        self._cardinality = cardinality
+        self._iterations = itertools.count()
+
+    def __iter__(self):
+        return DistributedIterator(self)
+
+    @property
+    def element_spec(self):
+        """The spec of one step: a PerReplicaSpec per leaf with several local replicas, else the
+        replica's spec (None where the input's spec is not known in advance)."""
+        return _wrap_specs(self._replica_specs)
+
+    def cardinality(self):
+        """The number of steps per pass, or INFINITE_CARDINALITY (-1) / UNKNOWN_CARDINALITY (-2)."""
+        return self._cardinality
+
+    def __len__(self):
+        raise TypeError(
+            "A DistributedDataset has no len(); use cardinality() for the number of steps.")
+
+    def reduce(self, initial_state, reduce_func):
+        raise ValueError(
+            "DistributedDataset.reduce is not supported: its elements are PerReplica values, "
+            "which cannot be combined outside a replica context. Iterate it and combine the "
+            "steps with strategy.run and strategy.reduce.")
+
+
+def _wrap_specs(replica_specs):
+    if any(s is None for s in replica_specs):
+        return None
+    if len(replica_specs) == 1:
+        return replica_specs[0]
+    flats = [nest.flatten(s) for s in replica_specs]
+    return nest.pack_sequence_as(replica_specs[0], [PerReplicaSpec(*leaves) for leaves in zip(*flats)])
+
+
+class DistributedIterator:
+    """Steps of a DistributedDataset (``tf.distribute.DistributedIterator``).
+
+    ``next(it)`` / ``it.get_next()`` give the next step; at the end ``next`` raises
+    StopIteration and ``get_next`` raises ``mpidist.errors.OutOfRangeError``.
+    ``get_next_as_optional()`` returns an ``Optional`` instead of raising.
+    """
+
+    def __init__(self, dataset):
+        self._dataset = dataset
+        workers = dataset._workers
+        self._workers = workers
+        self._done = False
+        self._templates = list(dataset._replica_specs)
+        options = dataset._options
+        raw = dataset._local_steps(next(dataset._iterations))
+        steps = self._filled(raw)
+        gpus = any(d.is_gpu for d in workers.devices)
+        if gpus and options.experimental_fetch_to_device:
+            steps = self._placed(steps, Uploader())
+            if options.experimental_per_replica_buffer_size:
+                steps = _background(steps, options.experimental_per_replica_buffer_size)
+        self._steps = steps
+
+    @property
+    def element_spec(self):
+        return self._dataset.element_spec
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return self.get_next()
+        except OutOfRangeError:
+            raise StopIteration from None
+
+    def get_next(self):
+        """The next step's batches; OutOfRangeError once no replica of any worker has data."""
+        value = self.get_next_as_optional()
+        if not value.has_value():
+            raise OutOfRangeError("End of sequence")
+        return value.get_value()
+
+    def get_next_as_optional(self):
+        """The next step as an ``Optional``, empty once no replica of any worker has data."""
+        mode = state.current_mode()
+        if mode.replica_context is not None and not mode.is_default:
+            raise ValueError(
+                "next(iterator) should be called from outside of replica_fn. e.g. "
+                "strategy.run(replica_fn, args=(next(iterator),))")
+        if self._done:
+            return Optional(None, self.element_spec)
+        items, has_data = next(self._steps)
+        if self._workers.multi_worker:
+            flag = np.array([1 if has_data else 0], dtype=np.int32)
+            self._workers.comm.all_reduce(flag, "max", timeout=self._workers.timeout_seconds)
+            has_data = bool(flag[0])
+        if not has_data:
+            self._done = True
+            return Optional(None, self.element_spec)
+        return Optional(self._wrap(items), self.element_spec)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _filled(self, raw):
+        """Endless (items, has_data) steps: a replica without an element gets an empty batch
+        shaped like the last element it saw (or its spec); after the input ends, every step is
+        all-empty with has_data False."""
+        r = self._workers.replicas_per_worker
+        for step in raw:
+            yield [self._empty(i) if item is None else self._remember(i, item)
+                   for i, item in enumerate(step)], True
+        while True:
+            yield [self._empty(i) for i in range(r)], False
+
+    def _remember(self, index, item):
+        self._templates[index] = item
+        return item
+
+    def _empty(self, index):
+        template = self._templates[index]
+        if template is None:
+            raise ValueError(
+                f"Local replica {index} has no batch this step and its input never produced one, "
+                "so the shape of an empty batch is unknown. Give an mpidist.data.Dataset (its "
+                "element_spec tells the shape) instead of a plain iterable.")
+        leaves = nest.flatten(template)
+        if leaves and isinstance(leaves[0], TensorSpec):
+            return empty_like_spec(template)
+        return nest.pack_sequence_as(template, [leaf[0:0] for leaf in leaves])
+
+    def _placed(self, steps, uploader):
+        devices = self._workers.devices
+        for items, has_data in steps:
+            placed = []
+            for item, device in zip(items, devices):
+                flat = nest.flatten(item)
+                placed.append(nest.pack_sequence_as(item, uploader.upload(flat, device)))
+            yield placed, has_data
+
+    def _wrap(self, items):
+        if len(items) == 1:
+            return items[0]
+        devices = self._workers.devices
+        flats = [nest.flatten(item) for item in items]
+        leaves = [PerReplica(components, devices) for components in zip(*flats)]
+        return nest.pack_sequence_as(items[0], leaves)
+
+
+class Optional:
+    """A value that may be absent (``tf.experimental.Optional``)."""
+
+    __slots__ = ("_value", "_has_value", "_element_spec")
+
+    def __init__(self, value, element_spec=None):
+        self._value, self._has_value = value, value is not None
+        self._element_spec = element_spec
+
+    @staticmethod
+    def empty(element_spec=None):
+        return Optional(None, element_spec)
+
+    @staticmethod
+    def from_value(value):
+        return Optional(value)
+
+    def has_value(self):
+        return self._has_value
+
+    def get_value(self):
+        if not self._has_value:
+            raise InvalidArgumentError("The optional does not have a value.")
+        return self._value
+
+    @property
+    def element_spec(self):
+        return self._element_spec
+
+    def __repr__(self):
+        return f"Optional(has_value={self._has_value})"

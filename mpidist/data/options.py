@@ -1,0 +1,208 @@
+"""The small value types of input distribution: dataset options (auto-shard policy) and the
+``tf.distribute`` input types (InputOptions, InputReplicationMode, InputContext, RunOptions)."""
+
+import collections
+import enum
+
+from mpidist.core.sharding import per_replica_batch_size
+
+__all__ = [
+    "AutoShardPolicy",
+    "DistributeOptions",
+    "Options",
+    "InputReplicationMode",
+    "InputOptions",
+    "InputContext",
+    "RunOptions",
+]
+
+
+class AutoShardPolicy(enum.IntEnum):
+    """How ``experimental_distribute_dataset`` splits a dataset across workers (section 7.2).
+
+    AUTO: as DATA (mpidist datasets have no file readers to shard). FILE: each worker reads a
+    disjoint share of the *source* elements (``shard`` right after the source, so with
+    ``from_tensor_slices(filenames).map(load)`` each worker loads only its files). DATA: every
+    worker reads everything and keeps its sub-batches of each global batch. OFF: no sharding;
+    every worker reads the whole dataset. HINT: as OFF (mpidist has no SHARD_HINT).
+    """
+
+    OFF = -1
+    AUTO = 0
+    FILE = 1
+    DATA = 2
+    HINT = 3
+
+
+class DistributeOptions:
+    """``options.experimental_distribute``: the auto-shard policy (``num_devices`` is TF's
+    unused-here knob, kept for code that sets it)."""
+
+    __slots__ = ("_auto_shard_policy", "num_devices")
+
+    def __init__(self):
+        self._auto_shard_policy = None
+        self.num_devices = None
+
+    @property
+    def auto_shard_policy(self):
+        return AutoShardPolicy.AUTO if self._auto_shard_policy is None else self._auto_shard_policy
+
+    @auto_shard_policy.setter
+    def auto_shard_policy(self, policy):
+        try:
+            self._auto_shard_policy = AutoShardPolicy(policy)
+        except ValueError:
+            raise ValueError(
+                f"auto_shard_policy must be an mpidist.data.experimental.AutoShardPolicy "
+                f"(AUTO, FILE, DATA, OFF or HINT), got {policy!r}."
+            ) from None
+
+
+class Options:
+    """``tf.data.Options``: settings that apply to a whole dataset (``dataset.with_options``)."""
+
+    def __init__(self):
+        self.experimental_distribute = DistributeOptions()
+        self.deterministic = None
+
+    def merge(self, other):
+        """These options with every field that ``other`` sets taking precedence."""
+        merged = Options()
+        for source in (self, other):
+            if source.experimental_distribute._auto_shard_policy is not None:
+                merged.experimental_distribute._auto_shard_policy = (
+                    source.experimental_distribute._auto_shard_policy)
+            if source.experimental_distribute.num_devices is not None:
+                merged.experimental_distribute.num_devices = source.experimental_distribute.num_devices
+            if source.deterministic is not None:
+                merged.deterministic = source.deterministic
+        return merged
+
+    def __eq__(self, other):
+        return (isinstance(other, Options)
+                and self.experimental_distribute.auto_shard_policy
+                == other.experimental_distribute.auto_shard_policy
+                and self.deterministic == other.deterministic)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"Options(auto_shard_policy={self.experimental_distribute.auto_shard_policy.name}, "
+                f"deterministic={self.deterministic})")
+
+
+class InputReplicationMode(enum.Enum):
+    """One input pipeline per worker (PER_WORKER) or per replica (PER_REPLICA)."""
+
+    PER_WORKER = "PER_WORKER"
+    PER_REPLICA = "PER_REPLICA"
+
+
+_InputOptionsBase = collections.namedtuple("InputOptions", [
+    "experimental_fetch_to_device",
+    "experimental_replication_mode",
+    "experimental_place_dataset_on_device",
+    "experimental_per_replica_buffer_size",
+])
+
+
+class InputOptions(_InputOptionsBase):
+    """How distributed input is placed (``tf.distribute.InputOptions``, section 7.4).
+
+    Args:
+        experimental_fetch_to_device: copy each replica's batch to its device ahead of use
+            (None means True). False leaves batches in host memory.
+        experimental_replication_mode: ``InputReplicationMode.PER_WORKER`` (default) or
+            ``PER_REPLICA`` (``distribute_datasets_from_function`` of MirroredStrategy only).
+        experimental_place_dataset_on_device: accepted for compatibility; needs PER_REPLICA and
+            ``experimental_fetch_to_device=False``. Pipelines always run on the host.
+        experimental_per_replica_buffer_size: how many steps are copied to the devices ahead of
+            use (0 copies on demand).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, experimental_fetch_to_device=None,
+                experimental_replication_mode=InputReplicationMode.PER_WORKER,
+                experimental_place_dataset_on_device=False,
+                experimental_per_replica_buffer_size=1):
+        if experimental_fetch_to_device is None:
+            experimental_fetch_to_device = True
+        try:
+            experimental_replication_mode = InputReplicationMode(experimental_replication_mode)
+        except ValueError:
+            raise ValueError(
+                f"experimental_replication_mode must be an mpidist.InputReplicationMode, got "
+                f"{experimental_replication_mode!r}."
+            ) from None
+        size = experimental_per_replica_buffer_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError(
+                f"experimental_per_replica_buffer_size must be an int >= 0 (0 disables "
+                f"prefetching to the device), got {size!r}."
+            )
+        if (experimental_place_dataset_on_device
+                and experimental_replication_mode is not InputReplicationMode.PER_REPLICA):
+            raise ValueError(
+                "When `experimental_place_dataset_on_device` is set for dataset placement, you "
+                "must also specify `PER_REPLICA` for the replication mode"
+            )
+        if (experimental_place_dataset_on_device and experimental_fetch_to_device
+                and experimental_replication_mode is InputReplicationMode.PER_REPLICA):
+            raise ValueError(
+                "`experimental_place_dataset_on_device` can not be set to True when "
+                "experimental_fetch_to_device is True and replication mode is set to "
+                "`PER_REPLICA`"
+            )
+        return super().__new__(cls, bool(experimental_fetch_to_device),
+                               experimental_replication_mode,
+                               bool(experimental_place_dataset_on_device), size)
+
+
+class InputContext:
+    """What ``distribute_datasets_from_function`` tells ``dataset_fn``: which input pipeline it
+    builds, out of how many, and how many replicas consume the global batch."""
+
+    __slots__ = ("_num_input_pipelines", "_input_pipeline_id", "_num_replicas_in_sync")
+
+    def __init__(self, num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1):
+        self._num_input_pipelines = num_input_pipelines
+        self._input_pipeline_id = input_pipeline_id
+        self._num_replicas_in_sync = num_replicas_in_sync
+
+    @property
+    def num_input_pipelines(self):
+        return self._num_input_pipelines
+
+    @property
+    def input_pipeline_id(self):
+        return self._input_pipeline_id
+
+    @property
+    def num_replicas_in_sync(self):
+        return self._num_replicas_in_sync
+
+    def get_per_replica_batch_size(self, global_batch_size):
+        """``global_batch_size // num_replicas_in_sync``; ValueError if it does not divide."""
+        return per_replica_batch_size(global_batch_size, self._num_replicas_in_sync)
+
+    def __str__(self):
+        return (f"mpidist.InputContext(input pipeline id {self._input_pipeline_id}, "
+                f"total: {self._num_input_pipelines})")
+
+    __repr__ = __str__
+
+
+class RunOptions(collections.namedtuple("RunOptions", [
+        "experimental_enable_dynamic_batch_size",
+        "experimental_bucketizing_dynamic_shape",
+        "experimental_xla_options"])):
+    """``tf.distribute.RunOptions``: TPU-only knobs in TF; accepted and ignored by ``run``."""
+
+    __slots__ = ()
+
+    def __new__(cls, experimental_enable_dynamic_batch_size=True,
+                experimental_bucketizing_dynamic_shape=False, experimental_xla_options=None):
+        return super().__new__(cls, experimental_enable_dynamic_batch_size,
+                               experimental_bucketizing_dynamic_shape, experimental_xla_options)

@@ -1,0 +1,143 @@
+"""Turning a worker's stream of input elements into steps: one sub-batch per local replica.
+
+Each generator here yields, per step, a list with one entry per local replica: a nested
+structure of host arrays, or None where that replica gets no element this step. A generator
+ends when its input does; the distributed iterator then decides, with the other workers, whether
+the job as a whole has more data (spec 7.1: replicas without data get empty batches until no
+replica anywhere has any).
+
+Sub-batches are views of the input batch (no copy) except where the balanced split needs
+elements from two input batches at once.
+"""
+
+import numpy as np
+
+from mpidist.core import nest
+from mpidist.core.sharding import batch_sizes_for_worker, legacy_slices
+from mpidist.errors import InvalidArgumentError
+
+__all__ = ["legacy_steps", "balanced_steps", "per_worker_steps", "per_replica_steps",
+           "leading_dim"]
+
+
+def leading_dim(flat, num_replicas):
+    """The batch size of one element (its leaves' flattened list): the common first dimension."""
+    size = None
+    for leaf in flat:
+        if np.ndim(leaf) == 0:
+            raise ValueError(
+                f"An input element is a scalar ({leaf!r}) and cannot be split across "
+                f"{num_replicas} replicas: batch the dataset first (dataset.batch("
+                "global_batch_size)), so that each element has a leading batch dimension.")
+        if size is None:
+            size = leaf.shape[0]
+        elif leaf.shape[0] != size:
+            raise InvalidArgumentError(
+                f"The components of an input batch have different batch sizes ({size} and "
+                f"{leaf.shape[0]}); every component of an element must have the same leading "
+                "dimension.")
+    return size
+
+
+def legacy_steps(batches, workers):
+    """AUTO / DATA: each batch is one step, split ``ceil(B / N)``; worker ``w`` keeps global
+    sub-batches ``w, w + W, ...`` (so every worker must see the same batches)."""
+    W, w, R = workers.num_workers, workers.worker_index, workers.replicas_per_worker
+    n = W * R
+    for batch in batches:
+        flat = nest.flatten(batch)
+        size = leading_dim(flat, n)
+        slices = legacy_slices(size, W, R, w)
+        yield [nest.pack_sequence_as(batch, [leaf[a:b] for leaf in flat]) for a, b in slices]
+
+
+def balanced_steps(batches, workers, global_batch_size):
+    """OFF / FILE: the stream of elements is cut into sub-batches cycling through
+    ``batch_sizes_for_worker``; a replica whose sub-batch got no element gets None."""
+    W, w, R = workers.num_workers, workers.worker_index, workers.replicas_per_worker
+    batches = iter(batches)
+    cursor = _Cursor(batches, W * R)
+    if global_batch_size is None:
+        global_batch_size = cursor.peek_size()
+        if global_batch_size is None:
+            return
+    sizes = batch_sizes_for_worker(global_batch_size, W, R, w)
+    position = 0
+    while True:
+        step = []
+        for _ in range(R):
+            step.append(cursor.take(sizes[position % len(sizes)]))
+            position += 1
+        if cursor.exhausted and all(item is None for item in step):
+            return
+        yield step
+
+
+class _Cursor:
+    """Reads ``size`` elements at a time from a stream of batches."""
+
+    def __init__(self, batches, num_replicas):
+        self._batches, self._n = batches, num_replicas
+        self._structure = self._flat = None
+        self._offset = self._size = 0
+        self.exhausted = False
+
+    def _advance(self):
+        for batch in self._batches:
+            flat = nest.flatten(batch)
+            self._structure, self._flat = batch, flat
+            self._size, self._offset = leading_dim(flat, self._n), 0
+            if self._size:
+                return True
+        self.exhausted = True
+        return False
+
+    def peek_size(self):
+        return self._size if self._advance() else None
+
+    def take(self, size):
+        pieces = []
+        while size > 0:
+            if self._offset >= self._size and not self._advance():
+                break
+            n = min(size, self._size - self._offset)
+            pieces.append([leaf[self._offset:self._offset + n] for leaf in self._flat])
+            self._offset += n
+            size -= n
+        if not pieces:
+            return None
+        if len(pieces) == 1:
+            leaves = pieces[0]
+        else:
+            leaves = [np.concatenate(parts) for parts in zip(*pieces)]
+        return nest.pack_sequence_as(self._structure, leaves)
+
+
+def per_worker_steps(elements, replicas_per_worker):
+    """``distribute_datasets_from_function``, one pipeline per worker: its elements are already
+    per-replica batches, dealt to the local replicas in turn."""
+    it = iter(elements)
+    while True:
+        step = []
+        for element in it:
+            step.append(element)
+            if len(step) == replicas_per_worker:
+                break
+        if not step:
+            return
+        yield step + [None] * (replicas_per_worker - len(step))
+
+
+def per_replica_steps(pipelines):
+    """One pipeline per replica: each replica takes its own pipeline's next element."""
+    iterators = [iter(p) for p in pipelines]
+    done = [False] * len(iterators)
+    while True:
+        step = []
+        for i, it in enumerate(iterators):
+            element = None if done[i] else next(it, None)
+            done[i] = element is None
+            step.append(element)
+        if all(done):
+            return
+        yield step
