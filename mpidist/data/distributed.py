@@ -272,8 +272,9 @@ class DistributedIterator:
         raw = dataset._local_steps(next(dataset._iterations))
         steps = self._filled(raw)
         gpus = any(d.is_gpu for d in workers.devices)
-        if gpus and options.experimental_fetch_to_device:
-            steps = self._placed(steps, Uploader())
+        self._uploader = Uploader() if gpus and options.experimental_fetch_to_device else None
+        if self._uploader is not None:
+            steps = ((items and self._place(items), has_data) for items, has_data in steps)
             if options.experimental_per_replica_buffer_size:
                 steps = _background(steps, options.experimental_per_replica_buffer_size)
         self._steps = steps
@@ -315,19 +316,21 @@ class DistributedIterator:
         if not has_data:
             self._done = True
             return Optional(None, self.element_spec)
+        if items is None:  # this worker is out of data, others are not
+            items = [self._empty(i) for i in range(self._workers.replicas_per_worker)]
+            items = self._place(items) if self._uploader is not None else items
         return Optional(self._wrap(items), self.element_spec)
 
     # -- internals ----------------------------------------------------------------------------
     def _filled(self, raw):
         """Endless (items, has_data) steps: a replica without an element gets an empty batch
-        shaped like the last element it saw (or its spec); after the input ends, every step is
-        all-empty with has_data False."""
-        r = self._workers.replicas_per_worker
+        shaped like the last element it saw (or its spec); once the input has ended every
+        step is (None, False)."""
         for step in raw:
             yield [self._empty(i) if item is None else self._remember(i, item)
                    for i, item in enumerate(step)], True
         while True:
-            yield [self._empty(i) for i in range(r)], False
+            yield None, False
 
     def _remember(self, index, item):
         self._templates[index] = item
@@ -345,14 +348,13 @@ class DistributedIterator:
             return empty_like_spec(template)
         return nest.pack_sequence_as(template, [leaf[0:0] for leaf in leaves])
 
-    def _placed(self, steps, uploader):
-        devices = self._workers.devices
-        for items, has_data in steps:
-            placed = []
-            for item, device in zip(items, devices):
-                flat = nest.flatten(item)
-                placed.append(nest.pack_sequence_as(item, uploader.upload(flat, device)))
-            yield placed, has_data
+    def _place(self, items):
+        """Each replica's batch copied to its device (GPU replicas only)."""
+        placed = []
+        for item, device in zip(items, self._workers.devices):
+            flat = nest.flatten(item)
+            placed.append(nest.pack_sequence_as(item, self._uploader.upload(flat, device)))
+        return placed
 
     def _wrap(self, items):
         if len(items) == 1:
