@@ -36,7 +36,6 @@ def train(strategy, steps=100, global_batch=64, learning_rate=0.1):
         w = mpidist.Variable(np.zeros(3), name="w")
         b = mpidist.Variable(0.0, name="b")
     x_all, y_all = make_data()
-    n = strategy.num_replicas_in_sync
 
     def apply_gradients(strat, grad_w, grad_b):
         # Sum the per-replica gradients onto the variables' devices, then update every copy.
@@ -52,15 +51,12 @@ def train(strategy, steps=100, global_batch=64, learning_rate=0.1):
         mpidist.get_replica_context().merge_call(apply_gradients, args=(grad_w, grad_b))
         return loss
 
+    # The global batch of each step is split across the replicas (and the workers) by the
+    # strategy: replica i of N gets its consecutive share of the 64 rows.
+    dataset = mpidist.data.Dataset.from_tensor_slices((x_all, y_all)).repeat().batch(global_batch)
+    batches = strategy.experimental_distribute_dataset(dataset)
     loss = None
-    for step in range(steps):
-        start = (step * global_batch) % len(x_all)
-        xb, yb = x_all[start:start + global_batch], y_all[start:start + global_batch]
-        # Replica i gets rows i, i+n, i+2n, ... of the global batch.
-        xs = strategy.experimental_distribute_values_from_function(
-            lambda ctx: xb[ctx.replica_id_in_sync_group::n])
-        ys = strategy.experimental_distribute_values_from_function(
-            lambda ctx: yb[ctx.replica_id_in_sync_group::n])
+    for _, (xs, ys) in zip(range(steps), batches):
         per_replica_loss = strategy.run(train_step, args=(xs, ys))
         loss = strategy.reduce(mpidist.ReduceOp.SUM, per_replica_loss, axis=None)
     return w.numpy(), b.numpy(), float(loss)

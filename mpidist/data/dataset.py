@@ -258,6 +258,12 @@ class Dataset:
     def _cardinality(self):
         return self._inputs[0]._cardinality()
 
+    def _index_source(self):
+        """The from_tensor_slices source whose rows are this dataset's elements, when every
+        step between only selects or reorders elements; else None. Batch then gathers rows
+        with one vectorised take per component instead of stacking elements one by one."""
+        return None
+
     def _chain_from_source(self):
         chain, node = [], self
         while node is not None:
@@ -319,15 +325,25 @@ class _TensorSlices(Dataset):
                 raise InvalidArgumentError(
                     f"from_tensor_slices: dimensions {n} and {leaf.shape[0]} are not compatible; "
                     "every component must have the same number of rows.")
-        self._tensors, self._flat, self._n = tensors, leaves, n
+        leaves = [_snapshot(leaf) for leaf in leaves]
+        self._tensors = nest.pack_sequence_as(tensors, leaves)
+        self._flat, self._n = leaves, n
+
+    def _index_source(self):
+        return self
+
+    def _iterate_indices(self, ctx):
+        return iter(_apply_source_shard(ctx, range(self._n)))
 
     def _iterate(self, ctx):
         flat, structure = self._flat, self._tensors
-        for i in _apply_source_shard(ctx, range(self._n)):
-            if len(flat) == 1 and not nest.is_nested(structure):
-                yield flat[0][i]
-            else:
-                yield nest.pack_sequence_as(structure, [leaf[i] for leaf in flat])
+        single = len(flat) == 1 and not nest.is_nested(structure)
+        for i in self._iterate_indices(ctx):
+            yield flat[0][i] if single else nest.pack_sequence_as(structure, [leaf[i] for leaf in flat])
+
+    def _rows(self, indices):
+        """The rows ``indices`` of every component, as new arrays, in the element structure."""
+        return nest.pack_sequence_as(self._tensors, [np.take(leaf, indices, axis=0) for leaf in self._flat])
 
     def _compute_spec(self):
         return nest.map_structure(lambda a: TensorSpec(a.shape[1:], a.dtype), self._tensors)
@@ -339,10 +355,18 @@ class _TensorSlices(Dataset):
         return self._n
 
 
+def _snapshot(array):
+    """A read-only copy: the dataset holds its data as it was when built (as tf.data embeds a
+    constant), and elements that are views of it cannot be written through."""
+    copy = np.array(array, copy=True)
+    copy.flags.writeable = False
+    return copy
+
+
 class _Tensors(Dataset):
     def __init__(self, tensors):
         super().__init__()
-        self._tensors = tensors
+        self._tensors = nest.map_structure(_snapshot, tensors)
 
     def _iterate(self, ctx):
         if ctx.source_shard is None or ctx.source_shard[1] == 0:
@@ -438,8 +462,16 @@ class _Batch(Dataset):
         self._batch_size, self._drop_remainder = batch_size, drop_remainder
 
     def _iterate(self, ctx):
-        it = self._inputs[0]._iterate(ctx)
         n = self._batch_size
+        source = self._inputs[0]._index_source()
+        if source is not None:
+            indices = self._inputs[0]._iterate_indices(ctx)
+            while True:
+                rows = np.fromiter(itertools.islice(indices, n), dtype=np.intp, count=-1)
+                if not len(rows) or (self._drop_remainder and len(rows) < n):
+                    return
+                yield source._rows(rows)
+        it = self._inputs[0]._iterate(ctx)
         while True:
             elements = list(itertools.islice(it, n))
             if not elements or (self._drop_remainder and len(elements) < n):
@@ -477,7 +509,25 @@ def _stack(elements):
     return stacked[0] if not nest.is_nested(first) else nest.pack_sequence_as(first, stacked)
 
 
-class _Shuffle(Dataset):
+class _RowOrderOp(Dataset):
+    """A transformation that only selects or reorders its input's elements: it runs the same
+    way over elements and over row indices of a from_tensor_slices source."""
+
+    def _iterate(self, ctx):
+        return self._apply(lambda: self._inputs[0]._iterate(ctx), ctx)
+
+    def _iterate_indices(self, ctx):
+        return self._apply(lambda: self._inputs[0]._iterate_indices(ctx), ctx)
+
+    def _index_source(self):
+        return self._inputs[0]._index_source()
+
+    def _apply(self, upstream, ctx):
+        """The output stream, given ``upstream()`` making a fresh input stream."""
+        raise NotImplementedError
+
+
+class _Shuffle(_RowOrderOp):
     def __init__(self, input_dataset, buffer_size, seed, reshuffle):
         super().__init__((input_dataset,))
         self._buffer_size, self._seed, self._reshuffle = buffer_size, seed, reshuffle
@@ -493,9 +543,9 @@ class _Shuffle(Dataset):
         entropy = [base, self._depth] + ([ctx.iteration, instance] if self._reshuffle else [])
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
 
-    def _iterate(self, ctx):
+    def _apply(self, upstream, ctx):
         rng = self._rng(ctx)
-        it = self._inputs[0]._iterate(ctx)
+        it = upstream()
         buffer = list(itertools.islice(it, self._buffer_size))
         draws, pos = rng.random(1024), 0
         for element in it:
@@ -510,16 +560,16 @@ class _Shuffle(Dataset):
             yield buffer[k]
 
 
-class _Repeat(Dataset):
+class _Repeat(_RowOrderOp):
     def __init__(self, input_dataset, count):
         super().__init__((input_dataset,))
         self._count = count
 
-    def _iterate(self, ctx):
+    def _apply(self, upstream, ctx):
         passes = itertools.count() if self._count < 0 else range(self._count)
         for _ in passes:
             produced = False
-            for element in self._inputs[0]._iterate(ctx):
+            for element in upstream():
                 produced = True
                 yield element
             if not produced:
@@ -534,13 +584,13 @@ class _Repeat(Dataset):
         return n * self._count if n >= 0 else n
 
 
-class _Shard(Dataset):
+class _Shard(_RowOrderOp):
     def __init__(self, input_dataset, num_shards, index):
         super().__init__((input_dataset,))
         self._num_shards, self._index = num_shards, index
 
-    def _iterate(self, ctx):
-        return itertools.islice(self._inputs[0]._iterate(ctx), self._index, None, self._num_shards)
+    def _apply(self, upstream, ctx):
+        return itertools.islice(upstream(), self._index, None, self._num_shards)
 
     def _cardinality(self):
         n = self._inputs[0]._cardinality()
@@ -567,13 +617,13 @@ class _Map(Dataset):
         return self._inputs[0].element_spec
 
 
-class _Take(Dataset):
+class _Take(_RowOrderOp):
     def __init__(self, input_dataset, count):
         super().__init__((input_dataset,))
         self._count = count
 
-    def _iterate(self, ctx):
-        it = self._inputs[0]._iterate(ctx)
+    def _apply(self, upstream, ctx):
+        it = upstream()
         return it if self._count < 0 else itertools.islice(it, self._count)
 
     def _cardinality(self):
@@ -585,13 +635,13 @@ class _Take(Dataset):
         return n if n == UNKNOWN_CARDINALITY else min(n, self._count)
 
 
-class _Skip(Dataset):
+class _Skip(_RowOrderOp):
     def __init__(self, input_dataset, count):
         super().__init__((input_dataset,))
         self._count = count
 
-    def _iterate(self, ctx):
-        it = self._inputs[0]._iterate(ctx)
+    def _apply(self, upstream, ctx):
+        it = upstream()
         if self._count < 0:
             for _ in it:
                 pass
@@ -605,13 +655,13 @@ class _Skip(Dataset):
         return n if n < 0 else max(0, n - self._count)
 
 
-class _WithOptions(Dataset):
+class _WithOptions(_RowOrderOp):
     def __init__(self, input_dataset, options):
         super().__init__((input_dataset,))
         self._options = options
 
-    def _iterate(self, ctx):
-        return self._inputs[0]._iterate(ctx)
+    def _apply(self, upstream, ctx):
+        return upstream()
 
 
 class _Prefetch(Dataset):
