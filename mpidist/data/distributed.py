@@ -220,6 +220,7 @@ class DistributedDataset:
         self._replica_specs = replica_specs
         self._cardinality = cardinality
         self._iterations = itertools.count()
+        self._element_spec = _wrap_specs(replica_specs)
 
     def __iter__(self):
         return DistributedIterator(self)
@@ -228,7 +229,7 @@ class DistributedDataset:
     def element_spec(self):
         """The spec of one step: a PerReplicaSpec per leaf with several local replicas, else the
         replica's spec (None where the input's spec is not known in advance)."""
-        return _wrap_specs(self._replica_specs)
+        return self._element_spec
 
     def cardinality(self):
         """The number of steps per pass, or INFINITE_CARDINALITY (-1) / UNKNOWN_CARDINALITY (-2)."""
@@ -267,14 +268,17 @@ class DistributedIterator:
         workers = dataset._workers
         self._workers = workers
         self._done = False
-        self._templates = list(dataset._replica_specs)
+        self._spec = dataset._element_spec
+        # Per replica, the flat leaves an empty batch is shaped after (a spec until data comes).
+        specs = dataset._replica_specs
+        self._templates = [None if t is None else nest.flatten(t) for t in specs]
+        self._structure = next((t for t in specs if t is not None), None)
         options = dataset._options
-        raw = dataset._local_steps(next(dataset._iterations))
-        steps = self._filled(raw)
+        steps = self._filled(dataset._local_steps(next(dataset._iterations)))
         gpus = any(d.is_gpu for d in workers.devices)
         self._uploader = Uploader() if gpus and options.experimental_fetch_to_device else None
         if self._uploader is not None:
-            steps = ((items and self._place(items), has_data) for items, has_data in steps)
+            steps = ((parts and self._place(parts), has_data) for parts, has_data in steps)
             if options.experimental_per_replica_buffer_size:
                 steps = _background(steps, options.experimental_per_replica_buffer_size)
         self._steps = steps
@@ -307,34 +311,35 @@ class DistributedIterator:
                 "next(iterator) should be called from outside of replica_fn. e.g. "
                 "strategy.run(replica_fn, args=(next(iterator),))")
         if self._done:
-            return Optional(None, self.element_spec)
-        items, has_data = next(self._steps)
+            return Optional(None, self._spec)
+        parts, has_data = next(self._steps)
         if self._workers.multi_worker:
             flag = np.array([1 if has_data else 0], dtype=np.int32)
             self._workers.comm.all_reduce(flag, "max", timeout=self._workers.timeout_seconds)
             has_data = bool(flag[0])
         if not has_data:
             self._done = True
-            return Optional(None, self.element_spec)
-        if items is None:  # this worker is out of data, others are not
-            items = [self._empty(i) for i in range(self._workers.replicas_per_worker)]
-            items = self._place(items) if self._uploader is not None else items
-        return Optional(self._wrap(items), self.element_spec)
+            return Optional(None, self._spec)
+        if parts is None:  # this worker is out of data, others are not
+            parts = [self._empty(i) for i in range(self._workers.replicas_per_worker)]
+            parts = self._place(parts) if self._uploader is not None else parts
+        return Optional(self._wrap(parts), self._spec)
 
     # -- internals ----------------------------------------------------------------------------
     def _filled(self, raw):
-        """Endless (items, has_data) steps: a replica without an element gets an empty batch
-        shaped like the last element it saw (or its spec); once the input has ended every
-        step is (None, False)."""
-        for step in raw:
-            yield [self._empty(i) if item is None else self._remember(i, item)
-                   for i, item in enumerate(step)], True
+        """Endless (parts, has_data) steps, parts being each replica's flat leaves: a replica
+        without an element gets an empty batch shaped like the last element it saw (or its
+        spec); once the input has ended every step is (None, False)."""
+        for structure, parts in raw:
+            self._structure = structure
+            for i, leaves in enumerate(parts):
+                if leaves is None:
+                    parts[i] = self._empty(i)
+                else:
+                    self._templates[i] = leaves
+            yield parts, True
         while True:
             yield None, False
-
-    def _remember(self, index, item):
-        self._templates[index] = item
-        return item
 
     def _empty(self, index):
         template = self._templates[index]
@@ -343,26 +348,23 @@ class DistributedIterator:
                 f"Local replica {index} has no batch this step and its input never produced one, "
                 "so the shape of an empty batch is unknown. Give an mpidist.data.Dataset (its "
                 "element_spec tells the shape) instead of a plain iterable.")
-        leaves = nest.flatten(template)
-        if leaves and isinstance(leaves[0], TensorSpec):
-            return empty_like_spec(template)
-        return nest.pack_sequence_as(template, [leaf[0:0] for leaf in leaves])
+        if isinstance(template[0], TensorSpec):
+            return nest.flatten(empty_like_spec(template))
+        return [leaf[0:0] for leaf in template]
 
-    def _place(self, items):
-        """Each replica's batch copied to its device (GPU replicas only)."""
-        placed = []
-        for item, device in zip(items, self._workers.devices):
-            flat = nest.flatten(item)
-            placed.append(nest.pack_sequence_as(item, self._uploader.upload(flat, device)))
-        return placed
+    def _place(self, parts):
+        """Each replica's leaves copied to its device (GPU replicas only)."""
+        return [self._uploader.upload(leaves, device)
+                for leaves, device in zip(parts, self._workers.devices)]
 
-    def _wrap(self, items):
-        if len(items) == 1:
-            return items[0]
-        devices = self._workers.devices
-        flats = [nest.flatten(item) for item in items]
-        leaves = [PerReplica(components, devices) for components in zip(*flats)]
-        return nest.pack_sequence_as(items[0], leaves)
+    def _wrap(self, parts):
+        structure = self._structure
+        if len(parts) == 1:
+            leaves = parts[0]
+        else:
+            devices = self._workers.devices
+            leaves = [PerReplica(components, devices) for components in zip(*parts)]
+        return nest.pack_sequence_as(structure, leaves) if nest.is_nested(structure) else leaves[0]
 
 
 class Optional:

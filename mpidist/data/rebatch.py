@@ -1,7 +1,9 @@
 """Turning a worker's stream of input elements into steps: one sub-batch per local replica.
 
-Each generator here yields, per step, a list with one entry per local replica: a nested
-structure of host arrays, or None where that replica gets no element this step. A generator
+Each generator here yields, per step, ``(structure, parts)``: the element structure (a nest
+whose leaves are placeholders) and one entry per local replica, the flat list of that replica's
+leaves (host arrays) or None where it gets no element this step. Staying flat keeps the
+per-step cost to one ``pack`` when the step is handed out. A generator
 ends when its input does; the distributed iterator then decides, with the other workers, whether
 the job as a whole has more data (spec 7.1: replicas without data get empty batches until no
 replica anywhere has any).
@@ -48,7 +50,7 @@ def legacy_steps(batches, workers):
         flat = nest.flatten(batch)
         size = leading_dim(flat, n)
         slices = legacy_slices(size, W, R, w)
-        yield [nest.pack_sequence_as(batch, [leaf[a:b] for leaf in flat]) for a, b in slices]
+        yield batch, [[leaf[a:b] for leaf in flat] for a, b in slices]
 
 
 def balanced_steps(batches, workers, global_batch_size):
@@ -70,7 +72,7 @@ def balanced_steps(batches, workers, global_batch_size):
             position += 1
         if cursor.exhausted and all(item is None for item in step):
             return
-        yield step
+        yield cursor.structure, step
 
 
 class _Cursor:
@@ -78,14 +80,14 @@ class _Cursor:
 
     def __init__(self, batches, num_replicas):
         self._batches, self._n = batches, num_replicas
-        self._structure = self._flat = None
+        self.structure = self._flat = None
         self._offset = self._size = 0
         self.exhausted = False
 
     def _advance(self):
         for batch in self._batches:
             flat = nest.flatten(batch)
-            self._structure, self._flat = batch, flat
+            self.structure, self._flat = batch, flat
             self._size, self._offset = leading_dim(flat, self._n), 0
             if self._size:
                 return True
@@ -107,10 +109,8 @@ class _Cursor:
         if not pieces:
             return None
         if len(pieces) == 1:
-            leaves = pieces[0]
-        else:
-            leaves = [np.concatenate(parts) for parts in zip(*pieces)]
-        return nest.pack_sequence_as(self._structure, leaves)
+            return pieces[0]
+        return [np.concatenate(parts) for parts in zip(*pieces)]
 
 
 def per_worker_steps(elements, replicas_per_worker):
@@ -125,7 +125,7 @@ def per_worker_steps(elements, replicas_per_worker):
                 break
         if not step:
             return
-        yield step + [None] * (replicas_per_worker - len(step))
+        yield step[0], [nest.flatten(e) for e in step] + [None] * (replicas_per_worker - len(step))
 
 
 def per_replica_steps(pipelines):
@@ -140,4 +140,5 @@ def per_replica_steps(pipelines):
             step.append(element)
         if all(done):
             return
-        yield step
+        structure = next(e for e in step if e is not None)
+        yield structure, [None if e is None else nest.flatten(e) for e in step]
