@@ -21,7 +21,7 @@ import numpy as np
 from mpidist.backend import as_array, is_array
 from mpidist.core import nest
 from mpidist.data.options import Options
-from mpidist.data.spec import TensorSpec, spec_of
+from mpidist.data.spec import TensorSpec, most_specific_common, spec_of
 from mpidist.errors import InvalidArgumentError
 
 __all__ = ["Dataset", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY"]
@@ -117,8 +117,10 @@ class Dataset:
         """``range(stop)``, ``range(start, stop)`` or ``range(start, stop, step)`` as scalars."""
         if not 1 <= len(args) <= 3:
             raise ValueError(f"range takes 1 to 3 positional arguments (stop | start, stop[, step]), got {len(args)}.")
-        r = range(*(int(a) for a in args))
-        return _Range(r, np.dtype(dtype))
+        bounds = [int(a) for a in args]
+        if len(bounds) == 3 and bounds[2] == 0:
+            raise InvalidArgumentError("step must be a non-zero integer.")
+        return _Range(range(*bounds), np.dtype(dtype))
 
     @staticmethod
     def from_generator(generator, output_types=None, output_shapes=None, args=None,
@@ -129,12 +131,13 @@ class Dataset:
         if not callable(generator):
             raise TypeError("`generator` must be a Python callable that returns an iterator.")
         if output_signature is None and output_types is not None:
-            shapes = output_shapes
-            if shapes is None:
-                shapes = nest.map_structure(lambda _: None, output_types)
-            output_signature = nest.map_structure(
-                lambda t, s: TensorSpec(() if s is None else s, t), output_types, shapes)
-        return _Generator(generator, tuple(args or ()), output_signature)
+            types = nest.flatten(output_types)
+            shapes = [None] * len(types) if output_shapes is None else \
+                _flatten_up_to(output_types, output_shapes)
+            output_signature = nest.pack_sequence_as(
+                output_types, [TensorSpec(s, t) for t, s in zip(types, shapes)])
+        args = tuple(np.asarray(a) for a in (args or ()))
+        return _Generator(generator, args, output_signature)
 
     # -- transformations -----------------------------------------------------------------------
     def batch(self, batch_size, drop_remainder=False, num_parallel_calls=None, deterministic=None,
@@ -280,6 +283,20 @@ class Dataset:
             if isinstance(node, _Batch):
                 return node._batch_size
         return None
+
+
+def _flatten_up_to(structure, value):
+    """``value``'s parts at the leaves of ``structure`` (a shape tuple is one leaf there)."""
+    if not nest.is_nested(structure):
+        return [value]
+    if isinstance(structure, collections.abc.Mapping):
+        parts = [value[k] for k in sorted(structure)]
+        children = [structure[k] for k in sorted(structure)]
+    else:
+        if len(value) != len(structure):
+            raise ValueError(f"output_shapes {value!r} does not match output_types {structure!r}.")
+        parts, children = list(value), list(structure)
+    return [leaf for child, part in zip(children, parts) for leaf in _flatten_up_to(child, part)]
 
 
 def _positive_int(name, value):
@@ -604,17 +621,45 @@ class _Map(Dataset):
         super().__init__((input_dataset,))
         self._fn = fn
 
+    def _call(self, element):
+        out = self._fn(*element) if type(element) is tuple else self._fn(element)
+        if isinstance(out, list):
+            out = tuple(out)  # tf.data reads a returned list as a tuple (nested lists are data)
+        return _to_data(out)
+
     def _iterate(self, ctx):
-        fn = self._fn
         for element in self._inputs[0]._iterate(ctx):
-            out = fn(*element) if type(element) is tuple else fn(element)
-            yield _to_data(out)
+            yield self._call(element)
 
     def _compute_spec(self):
-        # The output type is known only by running map_func, as tf.data traces it once.
+        """map_func's output spec, found as tf.data finds it: by tracing. Here the trace runs it
+        on two stand-in elements of the input spec, with every unknown dimension 1 in one and
+        2 in the other; output dimensions that differ are unknown. Where that cannot run (an
+        input of unknown rank, or a function that rejects zeros), the first real element gives
+        the spec, with the input's unknown batch dimension kept unknown."""
+        spec = self._inputs[0].element_spec
+        leaves = nest.flatten(spec)
+        if all(leaf.shape is not None for leaf in leaves):
+            try:
+                with np.errstate(all="ignore"):
+                    a, b = (self._call(_stand_in(spec, size)) for size in (1, 2))
+                return most_specific_common(spec_of(a), spec_of(b))
+            except Exception:  # noqa: BLE001 - fall back to a real element
+                pass
         for element in self._iterate(_IterContext()):
-            return spec_of(element)
-        return self._inputs[0].element_spec
+            out = spec_of(element)
+            if leaves and leaves[0].batch_dim is None:
+                out = nest.map_structure(lambda s: s.with_batch_size(None) if s.rank else s, out)
+            return out
+        raise ValueError(
+            "The element_spec of this map is unknown: map_func could not be traced and the "
+            "input has no element to run it on.")
+
+
+def _stand_in(spec, unknown):
+    """Zeros shaped like ``spec``, each unknown dimension ``unknown`` long."""
+    return nest.map_structure(
+        lambda s: np.zeros(tuple(unknown if d is None else d for d in s.shape), s.dtype), spec)
 
 
 class _Take(_RowOrderOp):
@@ -650,9 +695,9 @@ class _Skip(_RowOrderOp):
 
     def _cardinality(self):
         n = self._inputs[0]._cardinality()
-        if self._count < 0:
-            return 0 if n != INFINITE_CARDINALITY else n
-        return n if n < 0 else max(0, n - self._count)
+        if n < 0:
+            return n
+        return 0 if self._count < 0 else max(0, n - self._count)
 
 
 class _WithOptions(_RowOrderOp):

@@ -97,16 +97,15 @@ def distribute_dataset(dataset, workers, options=None):
     if isinstance(dataset, Dataset):
         spec = dataset.element_spec
         for leaf in nest.flatten(spec):
-            if not leaf.shape:
+            if leaf.shape == ():
                 raise ValueError(
                     f"The dataset's elements are scalars (element_spec {spec}), so there is no "
                     f"batch to split across {n} replicas. Call dataset.batch(global_batch_size) "
                     "before experimental_distribute_dataset.")
         policy = dataset.options().experimental_distribute.auto_shard_policy
         static_batch = dataset._static_batch_size()
-        if static_batch is None and spec is not None:
-            first = nest.flatten(spec)[0].shape[0]
-            static_batch = first
+        if static_batch is None:
+            static_batch = nest.flatten(spec)[0].batch_dim
     else:
         _check_iterable(dataset)
         spec, policy, static_batch = None, AutoShardPolicy.AUTO, None
@@ -132,10 +131,10 @@ def distribute_dataset(dataset, workers, options=None):
     replica_spec = None
     if spec is not None:
         sub = None
-        if static_batch is not None and nest.flatten(spec)[0].shape[0] == static_batch \
+        if static_batch is not None and nest.flatten(spec)[0].batch_dim == static_batch \
                 and static_batch % n == 0:
             sub = static_batch // n
-        replica_spec = nest.map_structure(lambda s: TensorSpec((sub,) + s.shape[1:], s.dtype), spec)
+        replica_spec = nest.map_structure(lambda s: s.with_batch_size(sub), spec)
     cardinality = _cardinality(dataset)
     if balanced and workers.num_workers > 1 and cardinality >= 0:
         cardinality = UNKNOWN_CARDINALITY

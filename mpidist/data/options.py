@@ -50,13 +50,11 @@ class DistributeOptions:
 
     @auto_shard_policy.setter
     def auto_shard_policy(self, policy):
-        try:
-            self._auto_shard_policy = AutoShardPolicy(policy)
-        except ValueError:
-            raise ValueError(
+        if not isinstance(policy, AutoShardPolicy):
+            raise TypeError(
                 f"auto_shard_policy must be an mpidist.data.experimental.AutoShardPolicy "
-                f"(AUTO, FILE, DATA, OFF or HINT), got {policy!r}."
-            ) from None
+                f"(AUTO, FILE, DATA, OFF or HINT), got {policy!r}.")
+        self._auto_shard_policy = policy
 
 
 class Options:

@@ -10,32 +10,50 @@ __all__ = ["TensorSpec", "PerReplicaSpec", "spec_of", "most_specific_common", "e
 
 
 class TensorSpec:
-    """The shape (a tuple; ``None`` for a dimension that varies) and dtype of an array."""
+    """The shape and dtype of an array. ``shape`` is a tuple with ``None`` for a dimension that
+    varies, or None when even the rank is unknown."""
 
     __slots__ = ("shape", "dtype", "name")
 
     def __init__(self, shape, dtype=np.float32, name=None):
-        self.shape = tuple(None if d is None else int(d) for d in shape)
+        self.shape = None if shape is None else tuple(None if d is None else int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         self.name = name
 
+    @property
+    def rank(self):
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def batch_dim(self):
+        """The leading dimension: an int, or None when unknown (or the rank is)."""
+        return self.shape[0] if self.shape else None
+
     def is_compatible_with(self, array):
         """Whether ``array`` (or a TensorSpec) fits this spec."""
-        shape = tuple(array.shape)
         dtype = np.dtype(array.dtype)
-        return (dtype == self.dtype and len(shape) == len(self.shape)
-                and all(d is None or e is None or d == e for d, e in zip(self.shape, shape)))
+        if dtype != self.dtype:
+            return False
+        if self.shape is None or array.shape is None:
+            return True
+        shape = tuple(array.shape)
+        return len(shape) == len(self.shape) and all(
+            d is None or e is None or d == e for d, e in zip(self.shape, shape))
 
     def with_batch_dim(self, size):
         """This spec with a leading dimension ``size`` (None: unknown) prepended."""
-        return TensorSpec((size,) + self.shape, self.dtype)
+        return TensorSpec(None if self.shape is None else (size,) + self.shape, self.dtype)
+
+    def with_batch_size(self, size):
+        """This spec with its leading dimension replaced by ``size``."""
+        return TensorSpec(None if self.shape is None else (size,) + self.shape[1:], self.dtype)
 
     def __eq__(self, other):
         return (isinstance(other, TensorSpec) and self.shape == other.shape
-                and self.dtype == other.dtype)
+                and self.dtype == other.dtype and self.name == other.name)
 
     def __hash__(self):
-        return hash((self.shape, self.dtype))
+        return hash((self.shape, self.dtype, self.name))
 
     def __repr__(self):
         return f"TensorSpec(shape={self.shape}, dtype={self.dtype.name}, name={self.name!r})"
@@ -77,6 +95,8 @@ def spec_of(element):
 def _common(a, b):
     if a.dtype != b.dtype:
         raise TypeError(f"Elements have different dtypes: {a.dtype.name} and {b.dtype.name}.")
+    if a.shape is None or b.shape is None:
+        return TensorSpec(None, a.dtype)
     if len(a.shape) != len(b.shape):
         raise TypeError(f"Elements have different ranks: shapes {a.shape} and {b.shape}.")
     return TensorSpec(tuple(x if x == y else None for x, y in zip(a.shape, b.shape)), a.dtype)
@@ -89,8 +109,10 @@ def most_specific_common(a, b):
 
 
 def empty_like_spec(spec):
-    """A structure of zero-length batches shaped like ``spec`` (unknown trailing dims → 0)."""
+    """A structure of zero-length batches shaped like ``spec`` (unknown trailing dims → 0;
+    unknown rank → one dimension)."""
     def empty(s):
-        return np.empty((0,) + tuple(0 if d is None else d for d in s.shape[1:]), s.dtype)
+        trailing = () if s.shape is None else s.shape[1:]
+        return np.empty((0,) + tuple(0 if d is None else d for d in trailing), s.dtype)
 
     return nest.map_structure(empty, spec)

@@ -1223,3 +1223,92 @@ def test_per_replica_spec():
     assert hash(s) == hash(PerReplicaSpec(*s.value_specs))
     assert s != PerReplicaSpec(TensorSpec((None,), np.int64))
     assert repr(s).startswith("PerReplicaSpec(TensorSpec(shape=(None,)")
+
+
+# -- tf.data behaviours fixed after review ------------------------------------------------------
+def test_from_generator_output_types_and_shapes():
+    ds = Dataset.from_generator(lambda: iter([[1, 2], [3, 4]]), output_types=np.int64,
+                                output_shapes=(2,))
+    assert ds.element_spec == TensorSpec((2,), np.int64)
+    assert [e.tolist() for e in ds] == [[1, 2], [3, 4]]
+    pair = Dataset.from_generator(lambda: iter([(1, [2.0, 3.0])]), output_types=(np.int64, np.float32),
+                                  output_shapes=((), (2,)))
+    assert pair.element_spec == (TensorSpec((), np.int64), TensorSpec((2,), np.float32))
+    (element,) = list(pair)
+    assert element[1].dtype == np.float32 and element[1].tolist() == [2.0, 3.0]
+
+
+def test_from_generator_output_types_alone_leave_the_shape_unknown():
+    ds = Dataset.from_generator(lambda: iter([[1, 2], [3, 4, 5]]), output_types=np.int64)
+    assert ds.element_spec.shape is None and ds.element_spec.dtype == np.int64
+    assert [e.tolist() for e in ds] == [[1, 2], [3, 4, 5]]
+    assert ds.batch(2).element_spec.shape is None
+
+
+def test_from_generator_args_arrive_as_arrays():
+    seen = []
+    ds = Dataset.from_generator(lambda n: seen.append(type(n)) or iter(range(int(n))),
+                                output_signature=TensorSpec((), np.int64), args=(3,))
+    assert [int(e) for e in ds] == [0, 1, 2]
+    assert seen == [np.ndarray]
+
+
+def test_map_returning_a_list_gives_a_tuple():
+    ds = Dataset.range(3).map(lambda x: [x, x * 2])
+    assert ds.element_spec == (TensorSpec((), np.int64), TensorSpec((), np.int64))
+    assert [(int(a), int(b)) for a, b in ds] == [(0, 0), (1, 2), (2, 4)]
+
+
+def test_map_element_spec_is_traced():
+    assert Dataset.range(5).batch(2).map(lambda x: x).element_spec == TensorSpec((None,), np.int64)
+    assert Dataset.range(4).batch(2, drop_remainder=True).map(lambda x: x * 2).element_spec == \
+        TensorSpec((2,), np.int64)
+    reshaped = Dataset.from_tensor_slices(np.zeros((10, 3, 4))).batch(2).map(lambda x: x.reshape(-1, 12))
+    assert reshaped.element_spec == TensorSpec((None, 12), np.float64)
+    assert Dataset.range(0).map(lambda x: (x, x)).element_spec == \
+        (TensorSpec((), np.int64), TensorSpec((), np.int64))
+    signature = TensorSpec((None,), np.int64)
+    gen = Dataset.from_generator(lambda: iter([[1, 2, 3]]), output_signature=signature)
+    assert gen.map(lambda x: x * 2).element_spec == signature
+
+
+def test_auto_shard_policy_must_be_the_enum():
+    o = Options()
+    with pytest.raises(TypeError, match="AutoShardPolicy"):
+        o.experimental_distribute.auto_shard_policy = 2
+    with pytest.raises(TypeError, match="AutoShardPolicy"):
+        o.experimental_distribute.auto_shard_policy = "DATA"
+    assert o.experimental_distribute.auto_shard_policy is AutoShardPolicy.AUTO
+
+
+def test_range_step_zero():
+    with pytest.raises(InvalidArgumentError, match="step must be a non-zero integer"):
+        Dataset.range(0, 5, 0)
+
+
+def test_skip_all_of_unknown_or_infinite_keeps_the_cardinality():
+    gen = Dataset.from_generator(lambda: iter([1, 2]), output_signature=TensorSpec((), np.int64))
+    assert gen.skip(-1).cardinality() == UNKNOWN_CARDINALITY
+    assert Dataset.range(3).repeat().skip(-1).cardinality() == INFINITE_CARDINALITY
+    assert Dataset.range(3).skip(-1).cardinality() == 0
+
+
+def test_sources_hold_a_read_only_snapshot():
+    x = np.arange(6).reshape(3, 2)
+    ds = Dataset.from_tensor_slices(x)
+    x[0, 0] = 100  # the dataset keeps the data as it was when built
+    first = next(iter(ds))
+    assert first.tolist() == [0, 1]
+    with pytest.raises(ValueError, match="read-only"):
+        first[0] = -5
+    batch = next(iter(ds.batch(2)))
+    batch[0, 0] = -5  # batches are new arrays: writable, and the source is untouched
+    assert next(iter(ds.batch(2)))[0, 0] == 0
+    single = Dataset.from_tensors(np.ones(2))
+    with pytest.raises(ValueError, match="read-only"):
+        next(iter(single))[0] = 0
+
+
+def test_tensor_spec_equality_includes_the_name():
+    assert TensorSpec((2,), np.float32, name="x") != TensorSpec((2,), np.float32)
+    assert TensorSpec((2,), np.float32, name="x") == TensorSpec((2,), np.float32, name="x")
