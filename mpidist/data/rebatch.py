@@ -55,14 +55,19 @@ def legacy_steps(batches, workers):
 
 def balanced_steps(batches, workers, global_batch_size):
     """OFF / FILE: the stream of elements is cut into sub-batches cycling through
-    ``batch_sizes_for_worker``; a replica whose sub-batch got no element gets None."""
+    ``batch_sizes_for_worker``; a replica whose sub-batch got no element gets None.
+
+    A step can hand this worker only zero-size slots while its stream still has data (the
+    slots rotate over workers), so the generator ends only once the stream is known to be
+    exhausted; the cursor reads one batch ahead to know that as soon as it is true.
+    """
     W, w, R = workers.num_workers, workers.worker_index, workers.replicas_per_worker
-    batches = iter(batches)
-    cursor = _Cursor(batches, W * R)
+    cursor = _Cursor(iter(batches), W * R)
+    first_size = cursor.peek_size()
+    if first_size is None:
+        return
     if global_batch_size is None:
-        global_batch_size = cursor.peek_size()
-        if global_batch_size is None:
-            return
+        global_batch_size = first_size
     sizes = batch_sizes_for_worker(global_batch_size, W, R, w)
     position = 0
     while True:
@@ -95,17 +100,18 @@ class _Cursor:
         return False
 
     def peek_size(self):
+        """Read the first batch (its structure is the step's); its size, or None if none."""
         return self._size if self._advance() else None
 
     def take(self, size):
         pieces = []
-        while size > 0:
-            if self._offset >= self._size and not self._advance():
-                break
+        while size > 0 and not self.exhausted:
             n = min(size, self._size - self._offset)
             pieces.append([leaf[self._offset:self._offset + n] for leaf in self._flat])
             self._offset += n
             size -= n
+            if self._offset >= self._size:
+                self._advance()  # read ahead, so that exhaustion is known at once
         if not pieces:
             return None
         if len(pieces) == 1:

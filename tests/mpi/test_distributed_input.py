@@ -85,19 +85,6 @@ def seen(everyone):
     return counts
 
 
-def strip_empty_tail(everyone):
-    """Drops trailing steps in which no replica of any rank got an element.
-
-    The balanced (OFF / FILE) rebatch, like tf.data's RebatchDatasetV2, hands out a zero-size
-    slot of its size cycle without looking for the end of input, so a worker can report one
-    more step of empty batches after the last element; only the steps up to the last element are
-    specified."""
-    steps = len(everyone[0])
-    while steps and all(len(b) == 0 for s in everyone for b in s[steps - 1]):
-        steps -= 1
-    return [s[:steps] for s in everyone]
-
-
 # -- the spec's rules, for the expected values ------------------------------------------------
 def global_batches(ids, batch, drop):
     out = [list(ids[i:i + batch]) for i in range(0, len(ids), batch)]
@@ -308,7 +295,7 @@ def test_balanced_split(local, policy):
         everyone = gathered([[(b[:, 0] // 3).astype(int).tolist() for b in step]
                              for step in steps])
         want = expected_steps(policy, n, batch, drop, size, local)
-        assert strip_empty_tail(everyone) == want, (n, batch, drop)
+        assert everyone == want, (n, batch, drop)
 
 
 # -- end of data agreed across workers -----------------------------------------------------------
@@ -357,7 +344,7 @@ def test_uneven_end_gives_empty_batches_and_a_common_stop(local):
     everyone = gathered([[(b[:, 0] // 3).astype(int).tolist() for b in step] for step in first])
     assert seen(everyone) == Counter(range(n))
     want = expected_steps(FILE, n, 2, False, size, local)
-    assert strip_empty_tail(everyone) == want
+    assert everyone == want
     if size > 1:
         # The workers' shares really differ: some rank had an empty batch while another had data.
         assert len({sum(len(b) > 0 for step in worker for b in step) for worker in want}) > 1
@@ -589,3 +576,25 @@ def test_input_errors_are_raised_on_every_rank():
     everyone = gathered(id_lists(local_steps(
         s, s.experimental_distribute_dataset(Dataset.range(2 * size).batch(2 * size)))))
     assert seen(everyone) == Counter(range(2 * size))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("local", LOCAL)
+@pytest.mark.parametrize("policy", [OFF, FILE], ids=lambda p: p.name)
+def test_balanced_split_keeps_the_element_structure(local, policy):
+    """Dict elements under OFF / FILE: a worker whose first slots are empty still gets dicts of
+    empty batches with the right dtypes and trailing shapes (not a bare leaf)."""
+    s = mwms(local)
+    n = 4 * size * local
+    data = {"id": np.arange(n), "x": np.arange(n * 3, dtype=np.float32).reshape(n, 3)}
+    ds = with_policy(Dataset.from_tensor_slices(data).batch(local), policy)
+    steps = local_steps(s, s.experimental_distribute_dataset(ds))
+    assert steps
+    for step in steps:
+        for item in step:
+            assert set(item) == {"id", "x"}
+            assert item["id"].dtype == np.int64 and item["x"].dtype == np.float32
+            assert item["x"].shape == (len(item["id"]), 3)
+            np.testing.assert_array_equal(item["x"], data["x"][item["id"]])
+    everyone = gathered([[item["id"].tolist() for item in step] for step in steps])
+    assert everyone == expected_steps(policy, n, local, False, size, local)

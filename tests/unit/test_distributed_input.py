@@ -411,3 +411,14 @@ def test_unseeded_shuffle_agrees_on_one_order_per_distributed_dataset():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         list(a)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_balanced_split_ends_with_the_data(n):
+    # Zero-size slots (global batch < replicas) never add all-empty steps at the end.
+    s = mirrored(n)
+    for size, batch in [(1, 1), (3, 1), (5, 2), (4, 2)]:
+        ds = with_policy(Dataset.range(size).batch(batch), AutoShardPolicy.OFF)
+        got = steps(s, s.experimental_distribute_dataset(ds))
+        assert all(any(r for r in step) for step in got), got
+        assert sorted(v for step in got for r in step for v in r) == list(range(size))
