@@ -27,7 +27,7 @@ comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
 size = comm.Get_size()
 
-LOCAL = [1, 2]
+LOCAL = [1, 2, 3, 4]
 AUTO, DATA, FILE, OFF = (AutoShardPolicy.AUTO, AutoShardPolicy.DATA, AutoShardPolicy.FILE,
                          AutoShardPolicy.OFF)
 
