@@ -5,9 +5,11 @@
 
 1. CPU: ``from_tensor_slices((x, y)).batch(G)`` (x float32 [rows, 64], y int64) iterated on its own
    (the baseline) and through ``strategy.experimental_distribute_dataset`` with R local
-   replicas. The difference per step is what distribution adds: cutting the batch into views,
-   the PerReplica wrapping and, across ranks, the end-of-data agreement (one 4-byte MAX
-   all-reduce per step). Times are per step, medians over interleaved rounds, slowest rank.
+   replicas. The difference per step is what distribution adds: cutting the batch into views
+   and the PerReplica wrapping. Across ranks a third column forces the end-of-data agreement
+   on (one 4-byte MAX all-reduce per step), which DATA sharding of this in-memory dataset skips
+   but FILE / OFF, generator sources and distribute_datasets_from_function pay. Times are per
+   step, medians over interleaved rounds, slowest rank.
 2. GPU (where CuPy sees a GPU): a step of fixed compute (matrix products on the replica's
    device) fed 8 MiB batches through the distributed iterator with the device prefetcher off
    (``experimental_per_replica_buffer_size=0``: the copy runs in line) and on (buffer 1: the copy
@@ -87,13 +89,15 @@ def cpu_table(comm, rounds, rows, batches, replica_counts):
             strategy = make_strategy(replicas, comm)
             dist = strategy.experimental_distribute_dataset(dataset)
             check_exactly_once(strategy, dist, y, comm)
-            samples = {"dataset": [], "distributed": []}
+            agreed = strategy.experimental_distribute_dataset(dataset)
+            agreed._agree_end = comm is not None  # what the other input paths pay per step
+            samples = {"dataset": [], "distributed": [], "agreed": []}
             for _ in range(rounds):
                 samples["dataset"].append(per_step_us(lambda: dataset, comm))
                 samples["distributed"].append(per_step_us(lambda: dist, comm))
-            base = statistics.median(samples["dataset"])
-            dist_us = statistics.median(samples["distributed"])
-            table.append((global_batch, replicas, base, dist_us))
+                samples["agreed"].append(per_step_us(lambda: agreed, comm))
+            table.append((global_batch, replicas) + tuple(
+                statistics.median(samples[k]) for k in ("dataset", "distributed", "agreed")))
     return table
 
 
@@ -156,10 +160,11 @@ def main(argv=None):
         kind = "MultiWorkerMirroredStrategy" if comm is not None else "Mirrored/OneDevice"
         print(f"CPU input path, {kind}, {ranks} rank(s); us per step (median of {rounds})")
         print(f"{'global batch':>12} {'replicas/rank':>13} {'dataset':>9} {'distributed':>12} "
-              f"{'added':>8} {'ratio':>6}")
-        for global_batch, replicas, base, dist_us in table:
+              f"{'added':>8} {'ratio':>6} {'agreed end':>11} {'added':>8}")
+        for global_batch, replicas, base, dist_us, agreed_us in table:
             print(f"{global_batch:>12} {replicas:>13} {base:>9.1f} {dist_us:>12.1f} "
-                  f"{dist_us - base:>+8.1f} {dist_us / base:>6.2f}")
+                  f"{dist_us - base:>+8.1f} {dist_us / base:>6.2f} {agreed_us:>11.1f} "
+                  f"{agreed_us - base:>+8.1f}")
     return table
     if comm is None and cupy_backend.available():
         replicas = min(cupy_backend.gpu_count(), 2)

@@ -8,7 +8,8 @@
 End of data is agreed across workers: before each step every worker says whether it still has
 input (one tiny MAX all-reduce), so a worker that runs out early hands its replicas empty
 batches while the others finish, and every worker stops at the same step. No rank ever waits in
-a collective that another rank will not reach.
+a collective that another rank will not reach. The one case that needs no agreement is skipped:
+DATA sharding of an in-memory source, where every worker reads the same batches.
 """
 
 import dataclasses
@@ -138,8 +139,12 @@ def distribute_dataset(dataset, workers, options=None):
     cardinality = _cardinality(dataset)
     if balanced and workers.num_workers > 1 and cardinality >= 0:
         cardinality = UNKNOWN_CARDINALITY
+    # With the legacy split every worker reads the same batches; from an in-memory source
+    # their number is the same on every worker, so the per-step agreement can be skipped.
+    same_steps = (not balanced and isinstance(dataset, Dataset)
+                  and dataset._source()._source_count() is not None)
     return DistributedDataset(local_steps, workers, options, [replica_spec] * workers.replicas_per_worker,
-                              cardinality)
+                              cardinality, agree_end=workers.multi_worker and not same_steps)
 
 
 def distribute_from_function(dataset_fn, workers, options=None):
@@ -182,7 +187,8 @@ def distribute_from_function(dataset_fn, workers, options=None):
         cardinality = max(cards) if per_replica else -(-cards[0] // r)
     if workers.multi_worker and cardinality >= 0:
         cardinality = UNKNOWN_CARDINALITY  # other workers' pipelines may be longer
-    return DistributedDataset(local_steps, workers, options, specs, cardinality)
+    return DistributedDataset(local_steps, workers, options, specs, cardinality,
+                              agree_end=workers.multi_worker)
 
 
 def _check_iterable(obj):
@@ -212,8 +218,9 @@ class DistributedDataset:
     ask its ``element_spec`` or ``cardinality()``. Each ``iter()`` is a new pass over the data
     (a new epoch: reshuffling shuffles draw a new order)."""
 
-    def __init__(self, local_steps, workers, options, replica_specs, cardinality):
+    def __init__(self, local_steps, workers, options, replica_specs, cardinality, agree_end):
         self._local_steps = local_steps
+        self._agree_end = agree_end
         self._workers = workers
         self._options = options
         self._replica_specs = replica_specs
@@ -312,7 +319,7 @@ class DistributedIterator:
         if self._done:
             return Optional(None, self._spec)
         parts, has_data = next(self._steps)
-        if self._workers.multi_worker:
+        if self._dataset._agree_end:
             flag = np.array([1 if has_data else 0], dtype=np.int32)
             self._workers.comm.all_reduce(flag, "max", timeout=self._workers.timeout_seconds)
             has_data = bool(flag[0])
