@@ -22,9 +22,9 @@ def _strategy():
 
 @pytest.mark.parametrize("buffer_size", [0, 1, 3])
 def test_batches_are_on_each_replica_device_with_the_cpu_numbers(buffer_size):
+    s = _strategy()
     import cupy
 
-    s = _strategy()
     n = s.num_replicas_in_sync
     x = np.arange(7 * n * 5, dtype=np.float32).reshape(7 * n, 5)
     options = mpidist.InputOptions(experimental_per_replica_buffer_size=buffer_size)
