@@ -632,34 +632,38 @@ class _Map(Dataset):
             yield self._call(element)
 
     def _compute_spec(self):
-        """map_func's output spec, found as tf.data finds it: by tracing. Here the trace runs it
-        on two stand-in elements of the input spec, with every unknown dimension 1 in one and
-        2 in the other; output dimensions that differ are unknown. Where that cannot run (an
-        input of unknown rank, or a function that rejects zeros), the first real element gives
-        the spec, with the input's unknown batch dimension kept unknown."""
+        """map_func's output spec, found much as tf.data finds it, by tracing: map_func runs
+        on two stand-in elements of the input spec (ones, every unknown dimension 1 in one and
+        2 in the other) and on the first real element; a dimension is known only where all
+        three agree, so sizes that follow the input's unknown dimensions or the data stay
+        unknown. Where the stand-ins cannot be built or run (unknown rank, a function that
+        rejects them), the first real element decides, the input's unknown batch dimension
+        kept unknown."""
         spec = self._inputs[0].element_spec
         leaves = nest.flatten(spec)
+        first = next((spec_of(e) for e in self._iterate(_IterContext())), None)
+        traced = None
         if all(leaf.shape is not None for leaf in leaves):
             try:
                 with np.errstate(all="ignore"):
-                    a, b = (self._call(_stand_in(spec, size)) for size in (1, 2))
-                return most_specific_common(spec_of(a), spec_of(b))
-            except Exception:  # noqa: BLE001 - fall back to a real element
+                    a, b = (spec_of(self._call(_stand_in(spec, size))) for size in (1, 2))
+                traced = most_specific_common(a, b)
+                return traced if first is None else most_specific_common(traced, first)
+            except Exception:  # noqa: BLE001 - the first real element decides instead
                 pass
-        for element in self._iterate(_IterContext()):
-            out = spec_of(element)
-            if leaves and leaves[0].batch_dim is None:
-                out = nest.map_structure(lambda s: s.with_batch_size(None) if s.rank else s, out)
-            return out
-        raise ValueError(
-            "The element_spec of this map is unknown: map_func could not be traced and the "
-            "input has no element to run it on.")
+        if first is None:
+            raise ValueError(
+                "The element_spec of this map is unknown: map_func could not be traced and the "
+                "input has no element to run it on.")
+        if leaves and leaves[0].batch_dim is None:
+            first = nest.map_structure(lambda s: s.with_batch_size(None) if s.rank else s, first)
+        return first
 
 
 def _stand_in(spec, unknown):
-    """Zeros shaped like ``spec``, each unknown dimension ``unknown`` long."""
+    """Ones shaped like ``spec``, each unknown dimension ``unknown`` long."""
     return nest.map_structure(
-        lambda s: np.zeros(tuple(unknown if d is None else d for d in s.shape), s.dtype), spec)
+        lambda s: np.ones(tuple(unknown if d is None else d for d in s.shape), s.dtype), spec)
 
 
 class _Take(_RowOrderOp):

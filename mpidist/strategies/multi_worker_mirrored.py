@@ -105,6 +105,7 @@ class _MultiWorkerExtended(_MirroredExtended):
         self._is_chief = chief
         self._global_replicas = sum(counts)
         self._offset = sum(counts[:worker_id])
+        self._same_replicas_everywhere = len(set(counts)) == 1
         self._communication_options = options
         nccl = _nccl_group(comm, devices, options)
         ops = CollectiveAllReduce(comm, self._global_replicas, options, nccl)
@@ -136,12 +137,11 @@ class _MultiWorkerExtended(_MirroredExtended):
     def _input_workers(self):
         """Every rank is a worker reading its share; the world communicator agrees end of data
         and shuffle seeds."""
-        local = len(self._device_specs)
         return InputWorkers(devices=self._device_specs, num_workers=self._num_workers,
                             worker_index=self._comm.rank, num_replicas_in_sync=self._global_replicas,
                             comm=self._comm,
                             timeout_seconds=self._communication_options.timeout_seconds,
-                            uniform=self._global_replicas == local * self._num_workers)
+                            uniform=self._same_replicas_everywhere)
 
     # -- values from one worker -----------------------------------------------------------
     def _reduce_to(self, reduce_op, value, destinations, options):
