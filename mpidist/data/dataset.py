@@ -92,8 +92,6 @@ class Dataset:
     """A lazy pipeline of elements (``tf.data.Dataset``). Build one with ``from_tensor_slices``,
     ``from_tensors``, ``range`` or ``from_generator`` and chain transformations."""
 
-    _batch_size = None  # set by batch(): the static global batch size seen by distribution
-
     def __init__(self, inputs=()):
         self._inputs = tuple(inputs)
         self._depth = 1 + max((d._depth for d in self._inputs), default=0)
@@ -116,7 +114,8 @@ class Dataset:
     def range(*args, dtype=np.int64, name=None):
         """``range(stop)``, ``range(start, stop)`` or ``range(start, stop, step)`` as scalars."""
         if not 1 <= len(args) <= 3:
-            raise ValueError(f"range takes 1 to 3 positional arguments (stop | start, stop[, step]), got {len(args)}.")
+            raise ValueError("range takes 1 to 3 positional arguments (stop | start, stop[, step]), "
+                             f"got {len(args)}.")
         bounds = [int(a) for a in args]
         if len(bounds) == 3 and bounds[2] == 0:
             raise InvalidArgumentError("step must be a non-zero integer.")

@@ -3,10 +3,10 @@
 Each generator here yields, per step, ``(structure, parts)``: the element structure (a nest
 whose leaves are placeholders) and one entry per local replica, the flat list of that replica's
 leaves (host arrays) or None where it gets no element this step. Staying flat keeps the
-per-step cost to one ``pack`` when the step is handed out. A generator
-ends when its input does; the distributed iterator then decides, with the other workers, whether
-the job as a whole has more data (spec 7.1: replicas without data get empty batches until no
-replica anywhere has any).
+per-step cost to one ``pack`` when the step is handed out. A generator ends when its input
+does; the distributed iterator then decides, with the other workers, whether the job as a
+whole has more data (spec 7.1: replicas without data get empty batches until no replica
+anywhere has any).
 
 Sub-batches are views of the input batch (no copy) except where the balanced split needs
 elements from two input batches at once.
