@@ -5,7 +5,7 @@ changing only the strategy object. Importing mpidist initialises nothing: no MPI
 no kernel compilation.
 """
 
-from mpidist import cluster_resolver, data, errors, experimental
+from mpidist import cluster_resolver, data, errors, experimental, nn, optimizers
 from mpidist.data.distributed import DistributedDataset, DistributedIterator
 from mpidist.data.options import InputContext, InputOptions, InputReplicationMode, RunOptions
 from mpidist.ops.all_reduce import AllReduceCrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce
@@ -31,6 +31,7 @@ from mpidist.values.distributed_variables import (
     MirroredVariable,
     SyncOnReadVariable,
 )
+from mpidist.training.losses import get_loss_reduction
 from mpidist.values.variables import Variable
 
 __version__ = "0.1.0"
@@ -69,10 +70,13 @@ __all__ = [
     "errors",
     "experimental",
     "experimental_set_strategy",
+    "get_loss_reduction",
     "get_replica_context",
     "get_strategy",
     "has_strategy",
     "in_cross_replica_context",
+    "nn",
+    "optimizers",
 ]
 
 del _get_default_strategy

@@ -22,7 +22,10 @@ LAYERS = [
     ("ops", ["mpidist.ops"]),
     ("data", ["mpidist.data"]),
     ("strategies", ["mpidist.strategies"]),
-    ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli", "mpidist.experimental"]),
+    ("training", ["mpidist.training"]),
+    ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli", "mpidist.experimental",
+             "mpidist.nn", "mpidist.optimizers", "mpidist.metrics", "mpidist.train",
+             "mpidist.callbacks"]),
 ]
 
 

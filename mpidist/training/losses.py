@@ -1,0 +1,102 @@
+"""Loss scaling for synchronous training (``tf.nn.compute_average_loss`` and friends, spec 10).
+
+Replicas' gradients are *summed* across replicas, so each replica's loss must be its share of the
+global mean: the sum of its per-example losses divided by the GLOBAL batch size.
+"""
+
+import numbers
+
+import numpy as np
+
+from mpidist.backend import array_module
+from mpidist.errors import InvalidArgumentError
+from mpidist.strategies.context import get_strategy, has_strategy, in_cross_replica_context
+from mpidist.types import ReduceOp
+
+__all__ = ["compute_average_loss", "scale_regularization_loss", "get_loss_reduction"]
+
+
+def _as_loss_array(per_example_loss):
+    xp = array_module(per_example_loss)
+    loss = xp.asarray(per_example_loss)
+    if not np.issubdtype(loss.dtype, np.floating):
+        loss = loss.astype(np.float64)  # a mean of integers is not an integer
+    return xp, loss
+
+
+def _weights_like(xp, weights, loss):
+    """``sample_weight`` shaped to multiply ``loss``: per-example weights gain trailing axes, a
+    trailing axis of 1 is squeezed, scalars broadcast."""
+    w = xp.asarray(weights, dtype=loss.dtype)
+    if w.ndim == loss.ndim + 1 and w.shape[-1] == 1:
+        w = w.reshape(w.shape[:-1])
+    if 0 < w.ndim < loss.ndim:
+        w = w.reshape(w.shape + (1,) * (loss.ndim - w.ndim))
+    try:
+        np.broadcast_shapes(w.shape, loss.shape)
+    except ValueError:
+        raise ValueError(
+            f"sample_weight of shape {tuple(w.shape)} cannot be broadcast to per_example_loss of "
+            f"shape {tuple(loss.shape)}; give one weight per example (shape "
+            f"({loss.shape[0]},)) or a scalar.") from None
+    return w
+
+
+def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size=None):
+    """This replica's share of the global mean loss: ``sum(per_example_loss * sample_weight) /
+    global_batch_size``.
+
+    Args:
+        per_example_loss: losses with the batch as the first dimension (rank >= 1). NumPy or
+            CuPy; integers are taken as float64.
+        sample_weight: optional weights, one per example (or a scalar, or the loss's shape).
+        global_batch_size: the number of examples in the step over all replicas. When None,
+            ``per_example_loss.shape[0] * num_replicas_in_sync`` (only right when every replica
+            has a full batch), and then it must be called in replica context.
+
+    Returns a 0-d array of the loss's dtype; 0 when ``global_batch_size`` is 0.
+    """
+    xp, loss = _as_loss_array(per_example_loss)
+    if loss.ndim < 1:
+        raise ValueError(
+            "Invalid value passed for `per_example_loss`. Expected a tensor with at least rank 1. "
+            f"Received per_example_loss={per_example_loss} with rank 0")
+    if sample_weight is not None:
+        loss = loss * _weights_like(xp, sample_weight, loss)
+    if global_batch_size is None:
+        if has_strategy() and in_cross_replica_context():
+            raise RuntimeError(
+                "You are calling `compute_average_loss` in cross replica context, while it was "
+                "expected to be called in replica context.")
+        global_batch_size = loss.shape[0] * get_strategy().num_replicas_in_sync
+    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, numbers.Integral):
+        if not (hasattr(global_batch_size, "dtype") and np.issubdtype(global_batch_size.dtype, np.integer)
+                and np.ndim(global_batch_size) == 0):
+            raise TypeError(
+                f"global_batch_size must be an integer. Got {global_batch_size!r}; pass the number "
+                "of examples in the global batch as an int.")
+    global_batch_size = int(global_batch_size)
+    if global_batch_size < 0:
+        raise InvalidArgumentError(
+            f"global_batch_size must be non-negative. Got {global_batch_size}.")
+    total = loss.sum()
+    if global_batch_size == 0:
+        return xp.zeros((), dtype=loss.dtype)
+    return (total / loss.dtype.type(global_batch_size)).astype(loss.dtype)
+
+
+def scale_regularization_loss(regularization_loss):
+    """This replica's share of a regularization loss: ``sum(loss) / num_replicas_in_sync``, so
+    that the sum over replicas counts it once."""
+    if has_strategy() and in_cross_replica_context():
+        raise RuntimeError(
+            "You are calling `scale_regularization_loss` in cross replica context, while it was "
+            "expected to be called in replica context.")
+    xp, loss = _as_loss_array(regularization_loss)
+    return (loss.sum() / loss.dtype.type(get_strategy().num_replicas_in_sync)).astype(loss.dtype)
+
+
+def get_loss_reduction():
+    """How replicas' losses combine: always ``ReduceOp.SUM`` (TF2 semantics: each replica's loss
+    is already scaled by the global batch size)."""
+    return ReduceOp.SUM

@@ -1,0 +1,243 @@
+"""Optimizers whose ``apply_gradients`` works under every strategy (spec 10.4).
+
+In replica context (inside ``strategy.run``) ``apply_gradients`` sums the replicas' gradients
+with one fused all-reduce (``ReplicaContext.all_reduce`` of the whole list, which packs it into
+one ``batch_reduce_to``), clips them if asked, then ``merge_call``s once to update every
+replica's copy of every variable with the same arithmetic on the same numbers, so the copies
+stay bit-identical. Slot variables (momentum, Adam's moments) are created like their variables:
+mirrored when the variable is, in the variable's strategy.
+"""
+
+import numpy as np
+
+from mpidist.backend import array_module
+from mpidist.core import state
+from mpidist.strategies.context import get_replica_context, get_strategy, in_cross_replica_context
+from mpidist.types import ReduceOp, VariableAggregation
+from mpidist.values.containers import DistributedValues, PerReplica
+from mpidist.values.variables import Variable
+
+__all__ = ["Optimizer", "SGD", "Adam"]
+
+
+def _positive_float(name, value, allow_zero=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number, got {value!r}.")
+    value = float(value)
+    if value < 0 or (value == 0 and not allow_zero) or not np.isfinite(value):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value}.")
+    return value
+
+
+def _components(x):
+    """A distributed variable as a PerReplica of its component variables, so that
+    ``extended.update`` hands each component of the updated variable the matching component."""
+    if isinstance(x, DistributedValues):
+        return PerReplica(x.values, x.devices)
+    return x
+
+
+class Optimizer:
+    """Base class: gradient aggregation, clipping, slots, ``iterations`` and checkpointing.
+
+    Args:
+        learning_rate: a float, or a callable ``f(step) -> float`` called with the number of
+            updates applied so far.
+        clipnorm: clip each gradient to this L2 norm (after the all-reduce, as Keras does).
+        clipvalue: clip each gradient element to ``[-clipvalue, clipvalue]``.
+        global_clipnorm: clip all gradients together to this global L2 norm.
+        name: a name for the optimizer's variables.
+
+    Create the optimizer inside ``strategy.scope()``: its ``iterations`` counter is then a
+    mirrored variable, like the slots created for mirrored variables.
+    """
+
+    _SLOTS = ()
+
+    def __init__(self, learning_rate, clipnorm=None, clipvalue=None, global_clipnorm=None,
+                 name="Optimizer"):
+        if not callable(learning_rate):
+            learning_rate = _positive_float("learning_rate", learning_rate, allow_zero=True)
+        if sum(x is not None for x in (clipnorm, clipvalue, global_clipnorm)) > 1:
+            raise ValueError("Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set.")
+        self.clipnorm = None if clipnorm is None else _positive_float("clipnorm", clipnorm)
+        self.clipvalue = None if clipvalue is None else _positive_float("clipvalue", clipvalue)
+        self.global_clipnorm = (None if global_clipnorm is None
+                                else _positive_float("global_clipnorm", global_clipnorm))
+        self.learning_rate = learning_rate
+        self.name = name
+        self._strategy = get_strategy()
+        with self._strategy.scope():
+            self._iterations = Variable(np.int64(0), trainable=False, name=f"{name}/iterations",
+                                        aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
+        self._slots = []      # per variable, in the order first seen: {slot name: variable}
+        self._var_index = {}  # id(variable) -> index into _slots
+
+    @property
+    def iterations(self):
+        """How many times ``apply_gradients`` has updated the variables."""
+        return self._iterations
+
+    def _current_learning_rate(self):
+        lr = self.learning_rate
+        return float(lr(int(np.asarray(self._iterations)))) if callable(lr) else lr
+
+    # -- slots --------------------------------------------------------------------------------
+    def build(self, var_list):
+        """Create the slot variables of ``var_list`` now (``apply_gradients`` does it on first
+        use); call before restoring a checkpoint that holds optimizer state."""
+        for var in var_list:
+            if id(var) in self._var_index:
+                continue
+            strategy = getattr(var, "distribute_strategy", None) or self._strategy
+            slots = {}
+            with strategy.scope():
+                for slot in self._SLOTS:
+                    slots[slot] = Variable(np.zeros(var.shape, var.dtype), trainable=False,
+                                           name=f"{var.name}/{slot}")
+            self._var_index[id(var)] = len(self._slots)
+            self._slots.append(slots)
+
+    def get_slot(self, var, slot_name):
+        """The slot variable ``slot_name`` of ``var`` (KeyError if it has none)."""
+        index = self._var_index.get(id(var))
+        if index is None or slot_name not in self._slots[index]:
+            raise KeyError(f"{var.name!r} has no slot {slot_name!r}; slots: {list(self._SLOTS)}.")
+        return self._slots[index][slot_name]
+
+    def _checkpoint_dependencies(self):
+        """What a Checkpoint saves: the update counter and every slot, by variable order."""
+        return {"iterations": self._iterations,
+                "slots": {str(i): dict(slots) for i, slots in enumerate(self._slots) if slots}}
+
+    # -- applying -----------------------------------------------------------------------------
+    def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
+        """Apply one update: ``grads_and_vars`` is an iterable of ``(gradient, variable)``.
+
+        In replica context the gradients are first summed over all replicas (one fused
+        all-reduce) unless ``experimental_aggregate_gradients=False`` (then they must already
+        be). Pairs whose gradient is None are skipped. Returns the ``iterations`` variable.
+        """
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not pairs:
+            raise ValueError("No gradients provided for any variable.")
+        for g, v in pairs:
+            if tuple(np.shape(g)) != tuple(v.shape):
+                raise ValueError(
+                    f"Gradient of shape {tuple(np.shape(g))} does not match variable {v.name!r} "
+                    f"of shape {tuple(v.shape)}.")
+        mode = state.current_mode()
+        if in_cross_replica_context() and not mode.is_default:
+            raise RuntimeError(
+                "`apply_gradients() cannot be called in cross-replica context. Use "
+                "`mpidist.Strategy.run` to enter replica context.")
+        grads = [g for g, _ in pairs]
+        variables = [v for _, v in pairs]
+        ctx = get_replica_context()
+        if experimental_aggregate_gradients and ctx is not None:
+            grads = list(ctx.all_reduce(ReduceOp.SUM, grads))
+        grads = self._clip(grads)
+        ctx.merge_call(self._distributed_apply, args=(grads, variables))
+        return self._iterations
+
+    def _clip(self, grads):
+        if self.clipvalue is not None:
+            return [array_module(g).clip(g, -self.clipvalue, self.clipvalue) for g in grads]
+        if self.clipnorm is not None:
+            out = []
+            for g in grads:
+                xp = array_module(g)
+                norm = float(xp.sqrt(xp.sum(xp.square(g))))
+                out.append(g * (self.clipnorm / norm) if norm > self.clipnorm else g)
+            return out
+        if self.global_clipnorm is not None:
+            total = float(np.sqrt(sum(float(array_module(g).sum(g * g)) for g in grads)))
+            if total > self.global_clipnorm:
+                return [g * (self.global_clipnorm / total) for g in grads]
+        return grads
+
+    def _distributed_apply(self, strategy, grads, variables):
+        """Cross-replica: update each variable's every copy, then count the step once."""
+        self.build(variables)
+        lr = self._current_learning_rate()
+        step = int(np.asarray(self._iterations)) + 1
+        for grad, var in zip(grads, variables):
+            slots = self._slots[self._var_index[id(var)]]
+            slot_args = [_components(slots[name]) for name in self._SLOTS]
+
+            def apply(component, g, *slot_components):
+                self._update_step(component, g, slot_components, lr, step)
+
+            strategy.extended.update(var, apply, args=(grad, *slot_args), group=False)
+        self._iterations.assign_add(1)
+
+    def _update_step(self, variable, gradient, slots, lr, step):
+        """Update one copy of a variable in place (``variable`` is a plain Variable)."""
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """Gradient descent with optional momentum and Nesterov momentum (Keras's rule):
+    ``m = momentum * m - lr * g``; ``w += m`` (or ``w += momentum * m - lr * g`` with Nesterov);
+    without momentum ``w -= lr * g``."""
+
+    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, name="SGD", **kwargs):
+        self.momentum = _positive_float("momentum", momentum, allow_zero=True)
+        if self.momentum >= 1:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}.")
+        self.nesterov = bool(nesterov)
+        self._SLOTS = ("momentum",) if self.momentum else ()
+        super().__init__(learning_rate, name=name, **kwargs)
+
+    def _update_step(self, variable, gradient, slots, lr, step):
+        w = variable._current_array()
+        g = gradient.astype(w.dtype, copy=False)
+        if not self.momentum:
+            variable.assign_sub(w.dtype.type(lr) * g, read_value=False)
+            return
+        (m_var,) = slots
+        m = m_var._current_array()
+        m = w.dtype.type(self.momentum) * m - w.dtype.type(lr) * g
+        m_var.assign(m, read_value=False)
+        if self.nesterov:
+            variable.assign_add(w.dtype.type(self.momentum) * m - w.dtype.type(lr) * g,
+                                read_value=False)
+        else:
+            variable.assign_add(m, read_value=False)
+
+
+class Adam(Optimizer):
+    """Adam (Keras's rule): ``m += (g - m)(1 - beta_1)``, ``v += (g² - v)(1 - beta_2)``,
+    ``w -= lr·sqrt(1 - beta_2^t)/(1 - beta_1^t) · m / (sqrt(v) + epsilon)``; with ``amsgrad``
+    the running maximum of ``v`` is used."""
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
+                 amsgrad=False, name="Adam", **kwargs):
+        for label, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
+            beta = _positive_float(label, beta, allow_zero=True)
+            if beta >= 1:
+                raise ValueError(f"{label} must be in [0, 1), got {beta}.")
+        self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
+        self.epsilon = _positive_float("epsilon", epsilon)
+        self.amsgrad = bool(amsgrad)
+        self._SLOTS = ("m", "v", "vhat") if self.amsgrad else ("m", "v")
+        super().__init__(learning_rate, name=name, **kwargs)
+
+    def _update_step(self, variable, gradient, slots, lr, step):
+        w = variable._current_array()
+        xp = array_module(w)
+        t = w.dtype.type
+        g = gradient.astype(w.dtype, copy=False)
+        m_var, v_var = slots[0], slots[1]
+        alpha = t(lr * np.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step))
+        m = m_var._current_array()
+        v = v_var._current_array()
+        m = m + (g - m) * t(1 - self.beta_1)
+        v = v + (g * g - v) * t(1 - self.beta_2)
+        m_var.assign(m, read_value=False)
+        v_var.assign(v, read_value=False)
+        if self.amsgrad:
+            v = xp.maximum(slots[2]._current_array(), v)
+            slots[2].assign(v, read_value=False)
+        variable.assign_sub(m * alpha / (xp.sqrt(v) + t(self.epsilon)), read_value=False)
