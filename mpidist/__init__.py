@@ -5,7 +5,7 @@ changing only the strategy object. Importing mpidist initialises nothing: no MPI
 no kernel compilation.
 """
 
-from mpidist import cluster_resolver, data, errors, experimental, nn, optimizers
+from mpidist import callbacks, cluster_resolver, data, errors, experimental, metrics, nn, optimizers, train
 from mpidist.data.distributed import DistributedDataset, DistributedIterator
 from mpidist.data.options import InputContext, InputOptions, InputReplicationMode, RunOptions
 from mpidist.ops.all_reduce import AllReduceCrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce
@@ -31,6 +31,7 @@ from mpidist.values.distributed_variables import (
     MirroredVariable,
     SyncOnReadVariable,
 )
+from mpidist.training.fit import evaluate, fit
 from mpidist.training.losses import get_loss_reduction
 from mpidist.values.variables import Variable
 
@@ -65,18 +66,23 @@ __all__ = [
     "Variable",
     "VariableAggregation",
     "VariableSynchronization",
+    "callbacks",
     "cluster_resolver",
     "data",
     "errors",
+    "evaluate",
     "experimental",
     "experimental_set_strategy",
+    "fit",
     "get_loss_reduction",
     "get_replica_context",
     "get_strategy",
     "has_strategy",
     "in_cross_replica_context",
+    "metrics",
     "nn",
     "optimizers",
+    "train",
 ]
 
 del _get_default_strategy

@@ -243,6 +243,10 @@ class Dataset:
     def __iter__(self):
         return self._iterate(_IterContext(iteration=next(self._iterations)))
 
+    def _epoch_iterator(self, epoch):
+        """The elements of pass number ``epoch`` (what the ``epoch``-th ``iter()`` gives)."""
+        return self._iterate(_IterContext(iteration=epoch))
+
     def as_numpy_iterator(self):
         """An iterator over the elements (they already are NumPy arrays)."""
         return iter(self)

@@ -231,6 +231,11 @@ class DistributedDataset:
     def __iter__(self):
         return DistributedIterator(self)
 
+    def _epoch_iterator(self, epoch):
+        """An iterator over pass number ``epoch`` (what the ``epoch``-th ``iter()`` gives):
+        a resumed job sees the same shuffles it would have seen running through."""
+        return DistributedIterator(self, epoch)
+
     @property
     def element_spec(self):
         """The spec of one step: a PerReplicaSpec per leaf with several local replicas, else the
@@ -269,7 +274,7 @@ class DistributedIterator:
     ``get_next_as_optional()`` returns an ``Optional`` instead of raising.
     """
 
-    def __init__(self, dataset):
+    def __init__(self, dataset, epoch=None):
         self._dataset = dataset
         workers = dataset._workers
         self._workers = workers
@@ -280,7 +285,8 @@ class DistributedIterator:
         self._templates = [None if t is None else nest.flatten(t) for t in specs]
         self._structure = next((t for t in specs if t is not None), None)
         options = dataset._options
-        steps = self._filled(dataset._local_steps(next(dataset._iterations)))
+        epoch = next(dataset._iterations) if epoch is None else epoch
+        steps = self._filled(dataset._local_steps(epoch))
         gpus = any(d.is_gpu for d in workers.devices)
         self._uploader = Uploader() if gpus and options.experimental_fetch_to_device else None
         if self._uploader is not None:
