@@ -1,0 +1,183 @@
+"""Callbacks for ``mpidist.fit``: the hooks, plus checkpointing and backup-and-restore.
+
+Every rank runs every callback (a checkpoint save is collective: SyncOnRead values are
+all-reduced), and only the chief writes files or prints.
+"""
+
+import os
+import shutil
+
+import numpy as np
+
+from mpidist.training.checkpoint import Checkpoint, CheckpointManager
+from mpidist.values.variables import Variable
+
+__all__ = ["Callback", "ModelCheckpoint", "BackupAndRestore", "History", "ModelVariables"]
+
+
+class Callback:
+    """Base class: override the hooks you need. ``self.model``, ``self.optimizer``,
+    ``self.strategy`` and ``self.params`` (epochs, steps) are set before training starts."""
+
+    model = optimizer = strategy = None
+    params = None
+
+    def set_context(self, model, optimizer, strategy, params):
+        self.model, self.optimizer, self.strategy, self.params = model, optimizer, strategy, params
+
+    def on_train_begin(self, logs=None):
+        pass
+
+    def on_train_end(self, logs=None):
+        pass
+
+    def on_epoch_begin(self, epoch, logs=None):
+        pass
+
+    def on_epoch_end(self, epoch, logs=None):
+        pass
+
+    def on_train_batch_begin(self, batch, logs=None):
+        pass
+
+    def on_train_batch_end(self, batch, logs=None):
+        pass
+
+
+class History(Callback):
+    """Collects each epoch's logs: ``history.history["loss"]`` is the loss per epoch."""
+
+    def __init__(self):
+        self.history = {}
+        self.epoch = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch.append(epoch)
+        for key, value in (logs or {}).items():
+            self.history.setdefault(key, []).append(value)
+
+
+class ModelVariables:
+    """A user model seen by a Checkpoint: its ``trainable_variables`` and, when it has them,
+    its other ``variables``, by position."""
+
+    def __init__(self, model):
+        self._model = model
+
+    def _checkpoint_dependencies(self):
+        trainable = list(self._model.trainable_variables)
+        deps = {"trainable": {str(i): v for i, v in enumerate(trainable)}}
+        others = [v for v in getattr(self._model, "variables", ()) if all(v is not t for t in trainable)]
+        if others:
+            deps["other"] = {str(i): v for i, v in enumerate(others)}
+        return deps
+
+
+class _Group:
+    """Several trackables (e.g. the metrics) as one, by position."""
+
+    def __init__(self, items):
+        self._items = list(items)
+
+    def _checkpoint_dependencies(self):
+        return {str(i): item for i, item in enumerate(self._items)}
+
+
+def _save_freq(value):
+    if value == "epoch":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"save_freq must be 'epoch' or a positive number of steps, got {value!r}.")
+    return value
+
+
+class ModelCheckpoint(Callback):
+    """Save the model's variables and the optimizer state every epoch (or every ``save_freq``
+    steps) into ``directory``, keeping the last ``max_to_keep``."""
+
+    def __init__(self, directory, save_freq="epoch", max_to_keep=5):
+        self.directory = os.fspath(directory)
+        self.save_freq = _save_freq(save_freq)
+        self.max_to_keep = max_to_keep
+        self.manager = None
+        self._steps = 0
+
+    def on_train_begin(self, logs=None):
+        checkpoint = Checkpoint(model=ModelVariables(self.model), optimizer=self.optimizer)
+        self.manager = CheckpointManager(checkpoint, self.directory, max_to_keep=self.max_to_keep)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps += 1
+        if self.save_freq != "epoch" and self._steps % self.save_freq == 0:
+            self.manager.save()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.save_freq == "epoch":
+            self.manager.save()
+
+
+class BackupAndRestore(Callback):
+    """Back up the whole training state so a killed job resumes where it stopped.
+
+    Every epoch (or every ``save_freq`` steps) the model's variables, the optimizer (slots and
+    ``iterations``), the metrics and the position in training are saved to ``backup_dir``.
+    When ``fit`` starts and a backup exists, all of it is restored and training continues from
+    the step after the backup, reading the same batches in the same order, so the final weights
+    are those of an uninterrupted run, bit for bit (shuffles must be seeded). The backup is
+    deleted when training ends, unless ``delete_checkpoint=False``.
+    """
+
+    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True):
+        self.backup_dir = os.fspath(backup_dir)
+        self.save_freq = _save_freq(save_freq)
+        self.delete_checkpoint = bool(delete_checkpoint)
+        self.manager = None
+        self._progress = None
+        self._loop = None
+
+    def attach(self, loop):
+        """Called by fit: the loop whose position (epoch, step, loss totals) is backed up."""
+        self._loop = loop
+
+    def on_train_begin(self, logs=None):
+        # A plain host variable whatever the strategy: the position is the same everywhere.
+        self._progress = type.__call__(Variable, np.zeros(4, np.float64), trainable=False,
+                                       name="fit_progress")
+        checkpoint = Checkpoint(model=ModelVariables(self.model), optimizer=self.optimizer,
+                                metrics=_Group(self._loop.metrics), progress=self._progress)
+        self.manager = CheckpointManager(checkpoint, self.backup_dir, max_to_keep=1)
+        if self.manager.latest_checkpoint is not None:
+            self.optimizer.build(list(self.model.trainable_variables))
+            checkpoint.restore(self.manager.latest_checkpoint).assert_consumed()
+            epoch, step, loss_sum, count = np.asarray(self._progress.numpy(), np.float64)
+            self._loop.resume_at(int(epoch), int(step), loss_sum, count)
+
+    def _backup(self, epoch, step):
+        loss_sum, count = self._loop.epoch_totals()
+        self._progress.assign(np.array([epoch, step, loss_sum, count], np.float64))
+        self.manager.save()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.save_freq != "epoch" and self._loop.global_step % self.save_freq == 0:
+            self._backup(self._loop.epoch, batch + 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.save_freq == "epoch":
+            self._backup(epoch + 1, 0)
+
+    def on_train_end(self, logs=None):
+        if not self.delete_checkpoint:
+            return
+        if _is_chief(self.strategy):
+            shutil.rmtree(self.backup_dir, ignore_errors=True)
+        _barrier(self.strategy)
+
+
+def _is_chief(strategy):
+    return getattr(strategy.extended, "_is_chief", True) if strategy is not None else True
+
+
+def _barrier(strategy):
+    comm = getattr(getattr(strategy, "extended", None), "_comm", None)
+    if comm is not None and comm.size > 1:
+        comm.barrier(timeout=strategy.extended._communication_options.timeout_seconds)

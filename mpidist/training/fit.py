@@ -1,0 +1,283 @@
+"""``mpidist.fit`` / ``mpidist.evaluate``: a Keras-style loop for the user's own model object.
+
+A model is any object with
+
+* ``trainable_variables``: the variables to train (created in ``strategy.scope()``);
+* ``loss_and_gradients(x, y)``: ``(per_example_loss, gradients)`` or ``(per_example_loss,
+  gradients, predictions)`` for one replica's batch, the gradients being those of
+  ``per_example_loss.sum()`` (one per trainable variable, in order);
+* optionally ``predict(x)`` (metrics and ``evaluate`` need predictions) and
+  ``per_example_loss(x, y)`` (``evaluate``'s loss without gradients).
+
+Each step sums, over every replica of every worker, the loss, the example count and the
+gradients in one fused all-reduce, and divides by the true global count. The update is
+therefore the gradient of the mean loss of the global batch, whatever the strategy, replica
+count or size of the last batch. Same seed, same global batch: same weights.
+"""
+
+import sys
+
+import numpy as np
+
+from mpidist.backend import array_module, as_array
+from mpidist.data.dataset import Dataset
+from mpidist.data.distributed import DistributedDataset
+from mpidist.core import state
+from mpidist.strategies.context import get_replica_context, get_strategy
+from mpidist.training.callbacks import BackupAndRestore, History, _is_chief
+from mpidist.types import ReduceOp
+
+__all__ = ["fit", "evaluate"]
+
+
+def _check_model(model, need_gradients=True):
+    missing = [name for name in (("trainable_variables", "loss_and_gradients") if need_gradients
+                                 else ("trainable_variables",))
+               if not hasattr(model, name)]
+    if missing:
+        raise TypeError(
+            f"The model ({type(model).__name__}) lacks {missing}: a model exposes "
+            "`trainable_variables` and `loss_and_gradients(x, y)` returning (per_example_loss, "
+            "gradients[, predictions]).")
+
+
+def _distributed(strategy, dataset):
+    if isinstance(dataset, DistributedDataset):
+        return dataset
+    return strategy.experimental_distribute_dataset(dataset)
+
+
+def _epoch_steps(data, epoch):
+    if isinstance(data, (DistributedDataset, Dataset)):
+        return data._epoch_iterator(epoch)
+    return iter(data)
+
+
+def _split(batch):
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        return batch
+    raise ValueError(
+        "fit and evaluate expect a dataset of (x, y) pairs; got an element of type "
+        f"{type(batch).__name__}.")
+
+
+def _predictions(model, x, outputs):
+    if len(outputs) > 2:
+        return outputs[2]
+    if not hasattr(model, "predict"):
+        raise TypeError(
+            "Metrics need predictions: give the model a predict(x) method, or return "
+            "(per_example_loss, gradients, predictions) from loss_and_gradients.")
+    return model.predict(x)
+
+
+def _unwrap(strategy, value):
+    """A value every replica computed identically, as a host float."""
+    return float(as_array(strategy.experimental_local_results(value)[0]))
+
+
+class _Progress:
+    """The chief's progress display: a tqdm bar over an epoch's steps when stderr is a
+    terminal (verbose 1 / "auto"), one line per epoch otherwise (verbose 2, or not a tty)."""
+
+    def __init__(self, verbose, chief, epochs, steps):
+        if verbose == "auto":
+            verbose = 1
+        self._on = bool(verbose) and chief
+        self._bar = self._on and verbose == 1 and sys.stderr.isatty()
+        self._epochs, self._steps = epochs, steps
+        self._tqdm = None
+
+    def epoch_begin(self, epoch):
+        if self._bar:
+            from tqdm import tqdm  # noqa: PLC0415 - only for interactive runs
+
+            self._tqdm = tqdm(total=self._steps, desc=f"Epoch {epoch + 1}/{self._epochs}",
+                              unit="step", leave=True)
+
+    def step(self, logs):
+        if self._tqdm is not None:
+            self._tqdm.update(1)
+            self._tqdm.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
+
+    def epoch_end(self, epoch, logs):
+        if self._tqdm is not None:
+            self._tqdm.set_postfix({k: f"{v:.4g}" for k, v in logs.items()})
+            self._tqdm.close()
+            self._tqdm = None
+        elif self._on:
+            values = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
+            print(f"Epoch {epoch + 1}/{self._epochs} - {values}", flush=True)
+
+
+class _FitLoop:
+    def __init__(self, model, optimizer, strategy, metrics):
+        self.model, self.optimizer, self.strategy = model, optimizer, strategy
+        self.metrics = list(metrics)
+        self.epoch = 0
+        self.global_step = 0
+        self._loss_sum = 0.0
+        self._count = 0.0
+        self._resume = None
+
+    # -- what BackupAndRestore saves and restores ---------------------------------------------
+    def epoch_totals(self):
+        return self._loss_sum, self._count
+
+    def resume_at(self, epoch, step, loss_sum, count):
+        self._resume = (epoch, step, loss_sum, count)
+
+    # -- one replica's step ---------------------------------------------------------------------
+    def _replica_step(self, x, y):
+        outputs = self.model.loss_and_gradients(x, y)
+        per_example, grads = outputs[0], list(outputs[1])
+        variables = list(self.model.trainable_variables)
+        if len(grads) != len(variables):
+            raise ValueError(
+                f"loss_and_gradients returned {len(grads)} gradients for {len(variables)} "
+                "trainable variables; give one gradient per variable, in order.")
+        xp = array_module(per_example)
+        count = np.float64(np.shape(per_example)[0])
+        loss_sum = xp.asarray(per_example, dtype=np.float64).sum()
+        reduced = get_replica_context().all_reduce(
+            ReduceOp.SUM, [xp.asarray(loss_sum), xp.asarray(count)] + grads)
+        total, n = reduced[0], float(reduced[1])
+        mean_grads = [g / g.dtype.type(n) for g in reduced[2:]]
+        self.optimizer.apply_gradients(zip(mean_grads, variables),
+                                       experimental_aggregate_gradients=False)
+        if self.metrics:
+            predictions = _predictions(self.model, x, outputs)
+            for metric in self.metrics:
+                metric.update_state(y, predictions)
+        return xp.stack([total, xp.asarray(n)])
+
+    def train(self, data, epochs, callbacks, progress, steps_per_epoch, initial_epoch):
+        start_epoch, skip = initial_epoch, 0
+        if self._resume is not None:
+            start_epoch, skip, self._loss_sum, self._count = self._resume
+            self.global_step = int(self.optimizer.iterations.numpy())
+        logs = {}
+        for epoch in range(start_epoch, epochs):
+            self.epoch = epoch
+            if skip == 0:
+                self._loss_sum = self._count = 0.0
+                for metric in self.metrics:
+                    metric.reset_state()
+            for cb in callbacks:
+                cb.on_epoch_begin(epoch)
+            progress.epoch_begin(epoch)
+            steps = _epoch_steps(data, epoch)
+            for step, batch in enumerate(steps):
+                if steps_per_epoch is not None and step >= steps_per_epoch:
+                    break
+                if step < skip:
+                    continue  # done before the backup this run resumed from
+                x, y = _split(batch)
+                for cb in callbacks:
+                    cb.on_train_batch_begin(step)
+                totals = self.strategy.run(self._replica_step, args=(x, y))
+                total, n = as_array(self.strategy.experimental_local_results(totals)[0])
+                self._loss_sum += float(total)
+                self._count += float(n)
+                self.global_step += 1
+                step_logs = {"loss": float(total) / float(n)}
+                progress.step(step_logs)
+                for cb in callbacks:
+                    cb.on_train_batch_end(step, step_logs)
+            skip = 0
+            logs = {"loss": self._loss_sum / self._count if self._count else float("nan")}
+            for metric in self.metrics:
+                logs[metric.name] = float(metric.result())
+            progress.epoch_end(epoch, logs)
+            for cb in callbacks:
+                cb.on_epoch_end(epoch, logs)
+        return logs
+
+
+def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callbacks=(),
+        steps_per_epoch=None, initial_epoch=0, verbose="auto"):
+    """Train ``model`` on ``dataset`` for ``epochs`` epochs; returns a History.
+
+    Args:
+        model: the user's model object (see the module docstring for what it must have).
+        dataset: an ``mpidist.data.Dataset`` (or iterable) of ``(x, y)`` GLOBAL batches, split
+            across replicas with ``experimental_distribute_dataset``; or a DistributedDataset.
+        epochs: the epoch to stop at (epochs run from ``initial_epoch``).
+        optimizer: an ``mpidist.optimizers`` optimizer created in the strategy's scope.
+        strategy: defaults to the current strategy (``mpidist.get_strategy()``).
+        metrics: ``mpidist.metrics`` objects created in the scope; reset every epoch and
+            reported in the logs under their ``name``.
+        callbacks: ``mpidist.callbacks.Callback`` objects (e.g. ``BackupAndRestore``).
+        steps_per_epoch: stop each epoch after this many steps (default: the whole dataset).
+        verbose: "auto" / 1 (a progress bar on the chief when stderr is a terminal, else a line
+            per epoch), 2 (a line per epoch on the chief), 0 (silent).
+    """
+    _check_model(model)
+    strategy = strategy or get_strategy()
+    mode = state.current_mode()
+    if mode.replica_context is not None and not mode.is_default:
+        raise RuntimeError("fit() must be called outside strategy.run (in cross-replica context).")
+    data = _distributed(strategy, dataset)
+    loop = _FitLoop(model, optimizer, strategy, metrics)
+    history = History()
+    callbacks = list(callbacks) + [history]
+    steps = steps_per_epoch if steps_per_epoch is not None else _known_steps(data)
+    params = {"epochs": epochs, "steps": steps}
+    for cb in callbacks:
+        cb.set_context(model, optimizer, strategy, params)
+        if isinstance(cb, BackupAndRestore):
+            cb.attach(loop)
+    progress = _Progress(verbose, _is_chief(strategy), epochs, steps)
+    with strategy.scope():
+        for cb in callbacks:
+            cb.on_train_begin()
+        logs = loop.train(data, epochs, callbacks, progress, steps_per_epoch, initial_epoch)
+        for cb in callbacks:
+            cb.on_train_end(logs)
+    return history
+
+
+def _known_steps(data):
+    n = data.cardinality() if hasattr(data, "cardinality") else -2
+    return n if n >= 0 else None
+
+
+def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0):
+    """The mean per-example loss over ``dataset`` and each metric's result, as a dict.
+
+    ``per_example_loss(x, y)`` gives the loss when the model has it; otherwise the loss from
+    ``loss_and_gradients`` is used (its gradients are discarded).
+    """
+    _check_model(model, need_gradients=False)
+    strategy = strategy or get_strategy()
+    data = _distributed(strategy, dataset)
+    metrics = list(metrics)
+
+    def replica_step(x, y):
+        if hasattr(model, "per_example_loss"):
+            per_example, outputs = model.per_example_loss(x, y), ()
+        else:
+            outputs = model.loss_and_gradients(x, y)
+            per_example = outputs[0]
+        xp = array_module(per_example)
+        if metrics:
+            predictions = _predictions(model, x, outputs)
+            for metric in metrics:
+                metric.update_state(y, predictions)
+        return xp.stack([xp.asarray(per_example, dtype=np.float64).sum(),
+                         xp.asarray(np.float64(np.shape(per_example)[0]))])
+
+    with strategy.scope():
+        for metric in metrics:
+            metric.reset_state()
+        totals = np.zeros(2)
+        for batch in _epoch_steps(data, 0):
+            x, y = _split(batch)
+            per_replica = strategy.run(replica_step, args=(x, y))
+            totals += as_array(strategy.reduce(ReduceOp.SUM, per_replica, axis=None))
+        logs = {"loss": totals[0] / totals[1] if totals[1] else float("nan")}
+        for metric in metrics:
+            logs[metric.name] = float(metric.result())
+    if verbose and _is_chief(strategy):
+        print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
+    return logs
