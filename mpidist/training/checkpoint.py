@@ -1,0 +1,869 @@
+"""``mpidist.train.Checkpoint`` and ``CheckpointManager``: save and restore variables.
+
+What is saved follows TensorFlow (spec section 4.5): one value per variable, whatever the
+strategy. A MirroredVariable saves ``strategy.extended.read_var(var)`` (replica 0's copy), a
+SyncOnReadVariable its cross-replica aggregate (SUM / MEAN / ONLY_FIRST_REPLICA), a plain
+Variable its value. Restoring assigns the saved value in cross-replica context, so the same
+file restores under any strategy and any number of replicas.
+
+The file is a zip of ``.npy`` members (``numpy.load(path, allow_pickle=False)`` reads it): a
+JSON manifest (format version, save counter, and per key the dtype, shape and SHA-256 of the
+bytes) and one array per variable. Reading it never unpickles: headers are checked against the
+manifest, only bool / integer / float / complex dtypes are accepted, every checksum is verified
+before anything is assigned. Files are written atomically (temporary file in the same
+directory, fsync, rename, fsync of the directory) and, under MultiWorkerMirroredStrategy, only
+where ``strategy.extended.should_checkpoint`` is True; every rank must call ``save`` (reading
+a SyncOnRead variable is a collective), and ``save`` returns on every rank only once the file
+is complete.
+"""
+
+import collections
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import re
+import secrets
+import time
+import zipfile
+
+import numpy as np
+
+from mpidist.backend import as_array
+from mpidist.core import state
+from mpidist.errors import InvalidArgumentError
+from mpidist.values.variables import Variable
+
+__all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "latest_checkpoint"]
+
+FORMAT_NAME = "mpidist-checkpoint"
+FORMAT_VERSION = 1
+STATE_FILENAME = "checkpoint"
+STATE_FORMAT = "mpidist-checkpoint-state"
+SAVE_COUNTER_KEY = "save_counter"
+
+_MANIFEST_MEMBER = "manifest.npy"
+_MEMBER_NAME = re.compile(r"t[0-9]+\.npy")
+_DTYPE_STR = re.compile(r"[<>|=][biufc][0-9]{1,2}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_STATUS_BYTES = 1024  # one rank's report in the end-of-save agreement: flag + message
+
+
+# -- Arguments ----------------------------------------------------------------------------------
+def _path_argument(value, name):
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{name} must be a path (a str or os.PathLike), got {value!r} of type "
+            f"{type(value).__name__}; pass e.g. '/tmp/training/ckpt'."
+        )
+    if not value:
+        raise ValueError(f"{name} must not be empty; pass a path such as '/tmp/training/ckpt'.")
+    return value
+
+
+def _no_options(options, method):
+    if options is not None:
+        raise NotImplementedError(
+            f"{method} takes no `options` (TensorFlow's CheckpointOptions have no meaning here); "
+            "leave it None."
+        )
+
+
+def _require_cross_replica(method):
+    mode = state.current_mode()
+    if mode.replica_context is not None and not mode.is_default:
+        raise RuntimeError(
+            f"Checkpoint.{method} must be called in cross-replica context: call it outside the "
+            "function given to strategy.run (e.g. after the step returns)."
+        )
+
+
+def _is_trackable(obj):
+    return not isinstance(obj, type) and callable(getattr(obj, "_checkpoint_dependencies", None))
+
+
+def _not_checkpointable(key, obj):
+    return TypeError(
+        f"Checkpoint cannot save {key!r}: it is a {type(obj).__name__}, neither an "
+        "mpidist.Variable nor a trackable object. Pass variables (wrap arrays in "
+        "mpidist.Variable), dicts / lists of them, or objects with a "
+        "`_checkpoint_dependencies()` method returning {name: variable or trackable}."
+    )
+
+
+def _escape(name):
+    """A path component: '/' and '%' are percent-encoded so that keys stay unambiguous."""
+    return str(name).replace("%", "%25").replace("/", "%2F")
+
+
+# -- The object graph ---------------------------------------------------------------------------
+def _walk(items):
+    """``[(key, variable)]`` reachable from ``items`` (``(name, object)`` pairs), in order.
+
+    A component of a distributed variable stands for the variable. The same variable may
+    appear under several keys; two different variables under one key are an error.
+    """
+    found = []
+    owner = {}
+
+    def visit(key, obj, ancestors):
+        if isinstance(obj, Variable):
+            container = obj._distributed_container()
+            var = container if container is not None else obj
+            previous = owner.get(key)
+            if previous is None:
+                owner[key] = var
+                found.append((key, var))
+            elif previous is not var:
+                raise ValueError(
+                    f"Two different variables ({previous.name!r} and {var.name!r}) have the "
+                    f"checkpoint key {key!r}; give them different names in "
+                    "_checkpoint_dependencies()."
+                )
+            return
+        if obj is None:
+            return  # an attribute not created yet: nothing to save
+        if id(obj) in ancestors:
+            return  # a cycle in the object graph
+        if isinstance(obj, dict):
+            children = [(_escape(k), v) for k, v in obj.items()]
+        elif isinstance(obj, (list, tuple)):
+            children = [(str(i), v) for i, v in enumerate(obj)]
+        elif _is_trackable(obj):
+            deps = obj._checkpoint_dependencies()
+            if not isinstance(deps, dict):
+                raise TypeError(
+                    f"{type(obj).__name__}._checkpoint_dependencies() (at {key!r}) returned a "
+                    f"{type(deps).__name__}; it must return a dict {{name: variable or trackable}}."
+                )
+            children = [(_escape(k), v) for k, v in deps.items()]
+        else:
+            raise _not_checkpointable(key, obj)
+        inner = ancestors | {id(obj)}
+        for name, child in children:
+            visit(f"{key}/{name}", child, inner)
+
+    for name, obj in items:
+        visit(name, obj, frozenset())
+    return found
+
+
+def _strategies(variables):
+    """The non-default strategies of ``variables`` and the current one, without repeats."""
+    found = []
+
+    def add(strategy):
+        if strategy is not None and not getattr(strategy, "_is_default", False) \
+                and all(strategy is not s for s in found):
+            found.append(strategy)
+
+    for var in variables:
+        add(getattr(var, "_distribute_strategy", None))
+    mode = state.current_mode()
+    if not mode.is_default:
+        add(mode.strategy)
+    return found
+
+
+class _Coordination:
+    """Who writes, and the end-of-save agreement across ranks.
+
+    Only a worker whose strategies all say ``should_checkpoint`` writes. With a multi-worker
+    strategy every rank then reports success or failure in one small all-gather on the
+    strategy's communicator, which doubles as the barrier: no rank returns before the writer
+    has finished, and a failure on the writer raises on every rank.
+    """
+
+    def __init__(self, strategies):
+        self.should_write = all(s.extended.should_checkpoint for s in strategies)
+        self._comm = None
+        self._timeout = None
+        for s in strategies:
+            comm = getattr(s.extended, "_comm", None)
+            if comm is not None:
+                self._comm = comm
+                options = getattr(s.extended, "_communication_options", None)
+                self._timeout = getattr(options, "timeout_seconds", None)
+                break
+
+    def run(self, what, action):
+        """Run ``action`` where this worker writes; then agree with every rank on the outcome."""
+        error = None
+        if self.should_write:
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - reported to every rank, re-raised below
+                error = exc
+        if self._comm is not None and self._comm.size > 1:
+            report = np.zeros((1, _STATUS_BYTES), dtype=np.uint8)
+            if error is not None:
+                text = f"{type(error).__name__}: {error}".encode("utf-8", "replace")
+                report[0, 0] = 1
+                report[0, 1:1 + min(len(text), _STATUS_BYTES - 1)] = \
+                    np.frombuffer(text[:_STATUS_BYTES - 1], dtype=np.uint8)
+            reports = self._comm.all_gather(report, timeout=self._timeout)
+            failed = [(rank, bytes(row[1:]).rstrip(b"\0").decode("utf-8", "replace"))
+                      for rank, row in enumerate(reports) if row[0]]
+            if error is None and failed:
+                rank, message = failed[0]
+                raise RuntimeError(
+                    f"{what} failed on rank {rank}: {message}. Fix the cause there (disk "
+                    "space, permissions, path) and save again."
+                )
+        if error is not None:
+            raise error
+
+
+# -- Values -------------------------------------------------------------------------------------
+def _read_for_save(key, var):
+    """The host array that ``var`` saves (spec 4.5), in its strategy's cross-replica context."""
+    strategy = getattr(var, "_distribute_strategy", None)
+    try:
+        value = var.numpy() if strategy is None else as_array(strategy.extended.read_var(var))
+    except ValueError as exc:
+        raise ValueError(
+            f"Cannot save checkpoint key {key!r} (variable {var.name!r}): {exc}") from exc
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "biufc":
+        raise TypeError(
+            f"Cannot save checkpoint key {key!r} (variable {var.name!r}) of dtype {arr.dtype}: "
+            "checkpoints hold bool, integer, float and complex arrays only."
+        )
+    if arr.dtype != var.dtype:
+        arr = arr.astype(var.dtype)
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+def _cross_replica_scope(strategy):
+    if state.current_mode().cross_replica is strategy.extended:
+        return contextlib.nullcontext()
+    return strategy.scope()
+
+
+def _assign(var, value):
+    """Assign a restored value: every component of a Mirrored one, value / N per component of
+    a SyncOnRead SUM one, the value for MEAN / ONLY_FIRST_REPLICA (cross-replica rules)."""
+    strategy = getattr(var, "_distribute_strategy", None)
+    if strategy is None or not getattr(var, "_is_distributed_variable", False):
+        var.assign(value, read_value=False)
+        return
+    with _cross_replica_scope(strategy):
+        var.assign(value, read_value=False)
+
+
+def _digest(arr):
+    return hashlib.sha256(arr.reshape(-1).view(np.uint8)).hexdigest()
+
+
+# -- Files --------------------------------------------------------------------------------------
+def _fsync_directory(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # e.g. a platform where directories cannot be opened
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path, write_fn):
+    """Write ``path`` through ``write_fn(file)`` so that it appears complete or not at all."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory,
+                       f".{os.path.basename(path)}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write_fn(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(directory)
+
+
+def _write_member(zf, name, arr):
+    with zf.open(name, "w", force_zip64=True) as fh:
+        np.lib.format.write_array(fh, arr, allow_pickle=False)
+
+
+def _write_checkpoint_file(path, entries, save_counter):
+    """``entries``: ``[(key, contiguous host array)]``."""
+    manifest = {"format": FORMAT_NAME, "version": FORMAT_VERSION,
+                "save_counter": int(save_counter), "entries": []}
+    for i, (key, arr) in enumerate(entries):
+        manifest["entries"].append({"key": key, "member": f"t{i}.npy", "dtype": arr.dtype.str,
+                                    "shape": list(arr.shape), "sha256": _digest(arr)})
+    manifest_bytes = np.frombuffer(json.dumps(manifest).encode("utf-8"), dtype=np.uint8)
+
+    def write(f):
+        with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+            _write_member(zf, _MANIFEST_MEMBER, manifest_bytes)
+            for entry, (_, arr) in zip(manifest["entries"], entries):
+                _write_member(zf, entry["member"], arr)
+
+    _atomic_write(path, write)
+
+
+class _Corrupt(Exception):
+    """What is wrong inside a checkpoint file (turned into InvalidArgumentError)."""
+
+
+def _readinto(fh, arr):
+    view = memoryview(arr.reshape(-1).view(np.uint8))
+    pos = 0
+    while pos < len(view):
+        n = fh.readinto(view[pos:])
+        if not n:
+            raise _Corrupt(f"its data ends after {pos} of {len(view)} bytes")
+        pos += n
+
+
+def _read_member(zf, name, dtype, shape=None):
+    """The array of ``.npy`` member ``name``; its header must say ``dtype`` (and ``shape``)."""
+    try:
+        info = zf.getinfo(name)
+    except KeyError:
+        raise _Corrupt(f"member {name!r} is missing") from None
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise _Corrupt(f"member {name!r} is compressed (method {info.compress_type})")
+    with zf.open(info) as fh:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            header_shape, fortran, header_dtype = np.lib.format.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            header_shape, fortran, header_dtype = np.lib.format.read_array_header_2_0(fh)
+        else:
+            raise _Corrupt(f"member {name!r} has .npy format version {version}")
+        if header_dtype != dtype or fortran or (shape is not None and tuple(header_shape) != shape):
+            raise _Corrupt(
+                f"member {name!r} holds dtype {header_dtype} shape {tuple(header_shape)}"
+                f"{' (Fortran order)' if fortran else ''} where the manifest says dtype {dtype}"
+                f"{'' if shape is None else f' shape {shape}'}"
+            )
+        nbytes = int(np.prod(header_shape, dtype=np.int64)) * dtype.itemsize
+        if info.file_size != fh.tell() + nbytes:
+            raise _Corrupt(f"member {name!r} has {info.file_size - fh.tell()} data bytes, "
+                           f"expected {nbytes}")
+        arr = np.empty(tuple(header_shape), dtype=dtype)
+        _readinto(fh, arr)
+        if fh.read(1):
+            raise _Corrupt(f"member {name!r} is longer than its header says")
+    return arr
+
+
+def _parse_manifest(raw):
+    try:
+        manifest = json.loads(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _Corrupt(f"its manifest is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise _Corrupt("its manifest does not describe an mpidist checkpoint")
+    return manifest
+
+
+def _check_version(path, manifest):
+    version = manifest.get("version")
+    if version != FORMAT_VERSION:
+        newer = isinstance(version, int) and not isinstance(version, bool) \
+            and version > FORMAT_VERSION
+        raise InvalidArgumentError(
+            f"Checkpoint file {path!r} has format version {version!r}, but this mpidist reads "
+            f"version {FORMAT_VERSION} only: "
+            + ("it was written by a newer mpidist; upgrade mpidist to restore it."
+               if newer else "the file is corrupt; restore an earlier checkpoint.")
+        )
+
+
+def _entries(manifest):
+    """``[(key, member, dtype, shape, sha256)]`` from the manifest, each field checked."""
+    checked, keys, members = [], set(), set()
+    for entry in manifest["entries"]:
+        key, member, dtype, sha = entry["key"], entry["member"], entry["dtype"], entry["sha256"]
+        shape = tuple(entry["shape"])
+        if not isinstance(key, str) or key in keys or member in members \
+                or not _MEMBER_NAME.fullmatch(member) or not _SHA256.fullmatch(sha) \
+                or not all(type(d) is int and d >= 0 for d in shape):
+            raise _Corrupt(f"its manifest entry for key {key!r} is malformed")
+        if not _DTYPE_STR.fullmatch(dtype):
+            raise _Corrupt(f"key {key!r} has dtype {dtype!r}: only bool, integer, float and "
+                           "complex arrays are accepted")
+        keys.add(key)
+        members.add(member)
+        checked.append((key, member, np.dtype(dtype), shape, sha))
+    return checked
+
+
+def _read_checkpoint_file(path):
+    """``(manifest, {key: array})`` of the checkpoint at ``path``, every checksum verified."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(
+            f"Checkpoint path {path!r} is a directory; pass a checkpoint's path, e.g. "
+            "mpidist.train.latest_checkpoint(directory)."
+        )
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed by the `with` below
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"No checkpoint file at {path!r}; pass a path returned by save() / write(), or "
+            "mpidist.train.latest_checkpoint(directory)."
+        ) from None
+    try:
+        with f, zipfile.ZipFile(f) as zf:
+            manifest = _parse_manifest(_read_member(zf, _MANIFEST_MEMBER, np.dtype(np.uint8)))
+            _check_version(path, manifest)
+            arrays = {}
+            for key, member, dtype, shape, sha in _entries(manifest):
+                arr = _read_member(zf, member, dtype, shape)
+                if _digest(arr) != sha:
+                    raise _Corrupt(f"the bytes of key {key!r} do not match their checksum")
+                arrays[key] = arr
+    except InvalidArgumentError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure to parse the bytes: a damaged file
+        detail = str(exc) if isinstance(exc, _Corrupt) else f"{type(exc).__name__}: {exc}"
+        raise InvalidArgumentError(
+            f"Checkpoint file {path!r} is truncated or corrupt: {detail}. Nothing was restored; "
+            "restore an earlier checkpoint (CheckpointManager.checkpoints lists the kept ones)."
+        ) from None
+    return manifest, arrays
+
+
+# -- The state file (TF's "checkpoint" file) ----------------------------------------------------
+def _state_path(directory):
+    return os.path.join(directory, STATE_FILENAME)
+
+
+def _relative(directory, path):
+    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(directory):
+        return os.path.basename(path)
+    return os.path.abspath(path)
+
+
+def _write_state(directory, latest, paths, timestamps):
+    doc = {"format": STATE_FORMAT, "version": 1,
+           "latest_checkpoint": None if latest is None else _relative(directory, latest),
+           "all_checkpoints": [_relative(directory, p) for p in paths],
+           "all_checkpoint_timestamps": [float(t) for t in timestamps]}
+    data = (json.dumps(doc, indent=1) + "\n").encode("utf-8")
+    _atomic_write(_state_path(directory), lambda f: f.write(data))
+
+
+_State = collections.namedtuple("_State", ["latest", "paths", "timestamps"])
+
+
+def _read_state(directory):
+    """The directory's state (paths joined onto ``directory``), or None without a state file."""
+    path = _state_path(directory)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+        if doc["format"] != STATE_FORMAT:
+            raise ValueError("it is not an mpidist checkpoint state file")
+        latest, names = doc["latest_checkpoint"], list(doc["all_checkpoints"])
+        stamps = [float(t) for t in doc.get("all_checkpoint_timestamps", [])]
+        if not all(isinstance(n, str) for n in names + [latest or ""]):
+            raise ValueError("a checkpoint name is not a string")
+    except (ValueError, TypeError, KeyError) as exc:  # JSON and UTF-8 errors are ValueErrors
+        raise InvalidArgumentError(
+            f"The checkpoint state file {path!r} is corrupt ({type(exc).__name__}: {exc}). The "
+            "checkpoint files are not affected: delete the state file and restore a checkpoint "
+            "by its path."
+        ) from None
+    if len(stamps) != len(names):
+        stamps = [0.0] * len(names)
+    return _State(None if latest is None else os.path.join(directory, latest),
+                  [os.path.join(directory, n) for n in names], stamps)
+
+
+def latest_checkpoint(checkpoint_dir):
+    """The path of the newest checkpoint recorded in ``checkpoint_dir``'s state file, or None
+    when there is none (no directory, no state file, or its latest file is gone)."""
+    checkpoint_dir = _path_argument(checkpoint_dir, "checkpoint_dir")
+    found = _read_state(checkpoint_dir)
+    if found is None or found.latest is None or not os.path.isfile(found.latest):
+        return None
+    return found.latest
+
+
+# -- Restore status -----------------------------------------------------------------------------
+def _listing(keys, limit=10):
+    shown = ", ".join(repr(k) for k in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+class CheckpointLoadStatus:
+    """What ``Checkpoint.restore`` matched: checks for the caller to make.
+
+    ``restored``: the keys assigned; ``unmatched``: tracked variables the file has no value
+    for (left as they were); ``unused``: values in the file that no tracked variable took.
+    """
+
+    def __init__(self, path, restored, unmatched, unused):
+        self.path = path
+        self.restored = tuple(restored)
+        self.unmatched = tuple(unmatched)
+        self.unused = tuple(unused)
+
+    def assert_consumed(self):
+        """Raise AssertionError unless every saved value was restored into a variable and
+        every tracked variable got a value. Returns self."""
+        problems = []
+        if self.unused:
+            problems.append(f"values in the checkpoint that no variable took: "
+                            f"{_listing(list(self.unused))}")
+        if self.unmatched:
+            problems.append(f"variables the checkpoint has no value for: "
+                            f"{_listing(list(self.unmatched))}")
+        if problems:
+            raise AssertionError(
+                f"Checkpoint {self.path!r} did not match the objects exactly: "
+                + "; ".join(problems) + ". Create the missing objects before restore() (e.g. "
+                "build the optimizer's slots), or call assert_existing_objects_matched() / "
+                "expect_partial() where a partial restore is intended."
+            )
+        return self
+
+    def assert_existing_objects_matched(self):
+        """Raise AssertionError if a tracked variable got no value (unused values are fine)."""
+        if self.unmatched:
+            raise AssertionError(
+                f"Checkpoint {self.path!r} has no value for the tracked variables "
+                f"{_listing(list(self.unmatched))}; they keep their current values."
+            )
+        return self
+
+    def assert_nontrivial_match(self):
+        """Raise AssertionError if nothing but the save counter was restored."""
+        if not any(k != SAVE_COUNTER_KEY for k in self.restored):
+            raise AssertionError(
+                f"Nothing but the save counter was restored from {self.path!r}: no tracked "
+                "variable has a key in the checkpoint (compare the keys you pass to Checkpoint)."
+            )
+        return self
+
+    def expect_partial(self):
+        """Mark a partial restore as intended (TensorFlow silences warnings); returns self."""
+        return self
+
+    def __repr__(self):
+        return (f"<CheckpointLoadStatus {self.path!r}: {len(self.restored)} restored, "
+                f"{len(self.unmatched)} unmatched, {len(self.unused)} unused>")
+
+
+class InitializationOnlyStatus:
+    """The status of ``restore(None)``: nothing was restored, and every assertion says so."""
+
+    path = None
+    restored = unmatched = unused = ()
+
+    def assert_consumed(self):
+        raise AssertionError("No checkpoint specified (save_path=None); nothing is being restored.")
+
+    assert_existing_objects_matched = assert_nontrivial_match = assert_consumed
+
+    def expect_partial(self):
+        return self
+
+
+# -- Checkpoint ---------------------------------------------------------------------------------
+class Checkpoint:
+    """Groups variables and trackable objects to save and restore them (``tf.train.Checkpoint``).
+
+    Args:
+        root: Optional trackable whose dependencies become top-level keys.
+        **kwargs: Each value is a Variable (plain, Mirrored, SyncOnRead), a trackable object
+            (one with ``_checkpoint_dependencies()`` returning ``{name: variable | trackable |
+            dict / list / tuple of them}``), or a dict / list / tuple of those. Keys are slash
+            paths: ``model/w``, ``optimizer/slots/0/m``.
+
+    Every rank of a multi-worker job must call ``save`` / ``write`` / ``restore`` in the
+    same order; only the worker where ``should_checkpoint`` is True writes.
+    """
+
+    def __init__(self, root=None, **kwargs):
+        if root is not None and not _is_trackable(root):
+            raise TypeError(
+                f"Checkpoint(root=...) must be a trackable object (with a "
+                f"`_checkpoint_dependencies()` method), got a {type(root).__name__}."
+            )
+        if SAVE_COUNTER_KEY in kwargs:
+            raise ValueError(
+                "`save_counter` is the checkpoint's own counter and cannot be a keyword of "
+                "Checkpoint; name the object differently."
+            )
+        for name, obj in kwargs.items():
+            if not (isinstance(obj, (Variable, dict, list, tuple)) or _is_trackable(obj)):
+                raise _not_checkpointable(name, obj)
+        self._root = root
+        self._objects = dict(kwargs)
+        self._save_counter = type.__call__(Variable, np.int64(0), trainable=False,
+                                           name=SAVE_COUNTER_KEY)
+
+    def __getattr__(self, name):
+        objects = self.__dict__.get("_objects", {})
+        if name in objects:
+            return objects[name]
+        raise AttributeError(f"'Checkpoint' object has no attribute {name!r}")
+
+    @property
+    def save_counter(self):
+        """An int64 Variable: how many times ``save`` has run (saved and restored with the rest)."""
+        return self._save_counter
+
+    def _items(self):
+        items = []
+        if self._root is not None:
+            deps = self._root._checkpoint_dependencies()
+            if not isinstance(deps, dict):
+                raise TypeError(
+                    f"{type(self._root).__name__}._checkpoint_dependencies() returned a "
+                    f"{type(deps).__name__}; it must return a dict."
+                )
+            items.extend((_escape(k), v) for k, v in deps.items())
+        items.extend((_escape(k), v) for k, v in self._objects.items())
+        items.append((SAVE_COUNTER_KEY, self._save_counter))
+        return items
+
+    # -- saving -------------------------------------------------------------------------------
+    def save(self, file_prefix, options=None):
+        """Increment ``save_counter`` and write ``f"{file_prefix}-{save_counter}"``; record it
+        as the latest checkpoint in the directory's state file. Returns the path."""
+        _no_options(options, "Checkpoint.save")
+        prefix = _path_argument(file_prefix, "file_prefix")
+        _require_cross_replica("save")
+        before = int(self._save_counter.numpy())
+        self._save_counter.assign(np.int64(before + 1), read_value=False)
+        path = f"{prefix}-{before + 1}"
+        try:
+            self._write(path, record_state=True)
+        except BaseException:
+            self._save_counter.assign(np.int64(before), read_value=False)
+            raise
+        return path
+
+    def write(self, file_prefix, options=None):
+        """Write the checkpoint to exactly ``file_prefix`` (no counter, no state file);
+        returns the path."""
+        _no_options(options, "Checkpoint.write")
+        path = _path_argument(file_prefix, "file_prefix")
+        _require_cross_replica("write")
+        self._write(path, record_state=False)
+        return path
+
+    def _write(self, path, record_state):
+        """Read every value (collective for SyncOnRead ones), write where this worker should,
+        agree with every rank; returns the _Coordination used."""
+        pairs = _walk(self._items())
+        coordination = _Coordination(_strategies(var for _, var in pairs))
+        values = {}
+        entries = []
+        for key, var in pairs:
+            arr = values.get(id(var))
+            if arr is None:
+                arr = values[id(var)] = _read_for_save(key, var)
+            entries.append((key, arr))
+        counter = int(self._save_counter.numpy())
+
+        def write():
+            _write_checkpoint_file(path, entries, counter)
+            if record_state:
+                directory = os.path.dirname(path) or os.curdir
+                _write_state(directory, path, [path], [time.time()])
+
+        coordination.run(f"Writing checkpoint {path!r}", write)
+        return coordination
+
+    # -- restoring ----------------------------------------------------------------------------
+    def restore(self, save_path, options=None):
+        """Restore every tracked variable that has a value in ``save_path`` (and the save
+        counter). ``None`` restores nothing. Shapes and dtypes are checked for all keys before
+        any variable is assigned. Returns a CheckpointLoadStatus."""
+        _no_options(options, "Checkpoint.restore")
+        if save_path is None:
+            return InitializationOnlyStatus()
+        path = _path_argument(save_path, "save_path")
+        _require_cross_replica("restore")
+        _, saved = _read_checkpoint_file(path)
+        matched, unmatched = [], []
+        for key, var in _walk(self._items()):
+            if key in saved:
+                matched.append((key, var, saved[key]))
+            else:
+                unmatched.append(key)
+        for key, var, arr in matched:
+            if arr.shape != tuple(var.shape) or arr.dtype != var.dtype:
+                raise ValueError(
+                    f"Cannot restore checkpoint key {key!r} from {path!r} into variable "
+                    f"{var.name!r}: the checkpoint holds shape {arr.shape} dtype {arr.dtype}, the "
+                    f"variable has shape {tuple(var.shape)} dtype {var.dtype}. Nothing was "
+                    "restored; create the variable with the saved shape and dtype."
+                )
+        assigned = set()
+        for _, var, arr in matched:
+            if id(var) not in assigned:
+                assigned.add(id(var))
+                _assign(var, arr)
+        used = {key for key, _, _ in matched}
+        return CheckpointLoadStatus(path, [k for k, _, _ in matched], unmatched,
+                                    [k for k in saved if k not in used])
+
+    def read(self, save_path, options=None):
+        """Restore from a file written by ``write`` (the same as ``restore``)."""
+        return self.restore(save_path, options)
+
+
+# -- CheckpointManager --------------------------------------------------------------------------
+def _checkpoint_number(value):
+    if isinstance(value, Variable):
+        value = value.numpy()
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"checkpoint_number must be an integer, got {value!r}.")
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iu":
+        return int(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    raise TypeError(
+        f"checkpoint_number must be an integer or an integer Variable (e.g. the optimizer's "
+        f"iterations), got {value!r}."
+    )
+
+
+class CheckpointManager:
+    """Saves a Checkpoint as ``{directory}/{checkpoint_name}-{n}`` and keeps the newest
+    ``max_to_keep`` (``tf.train.CheckpointManager``).
+
+    Checkpoints listed in the directory's state file when the manager is created are managed
+    too, so a restarted job goes on where it stopped (``restore_or_initialize`` restores the
+    save counter, and numbering continues from it).
+
+    Args:
+        checkpoint: The ``Checkpoint`` to save and restore.
+        directory: Where checkpoints and the state file ``checkpoint`` go.
+        max_to_keep: Positive int: older checkpoints are deleted; None keeps all.
+        checkpoint_name: File name prefix (default ``"ckpt"``).
+        init_fn: Called by ``restore_or_initialize`` when there is no checkpoint.
+    """
+
+    def __init__(self, checkpoint, directory, max_to_keep, keep_checkpoint_every_n_hours=None,
+                 checkpoint_name="ckpt", step_counter=None, checkpoint_interval=None,
+                 init_fn=None):
+        if not isinstance(checkpoint, Checkpoint):
+            raise TypeError(
+                f"CheckpointManager needs an mpidist.train.Checkpoint, got a "
+                f"{type(checkpoint).__name__}: wrap your objects, Checkpoint(model=..., ...)."
+            )
+        directory = _path_argument(directory, "directory")
+        if max_to_keep is not None and (isinstance(max_to_keep, bool) or
+                                        not isinstance(max_to_keep, (int, np.integer))
+                                        or max_to_keep <= 0):
+            raise ValueError(
+                f"Expected a positive integer or `None` for `max_to_keep`, got {max_to_keep!r}."
+            )
+        for name, value in (("keep_checkpoint_every_n_hours", keep_checkpoint_every_n_hours),
+                            ("step_counter", step_counter),
+                            ("checkpoint_interval", checkpoint_interval)):
+            if value is not None:
+                raise NotImplementedError(
+                    f"CheckpointManager does not support {name}; leave it None and call save() "
+                    "when a checkpoint is due."
+                )
+        if not isinstance(checkpoint_name, str) or not checkpoint_name \
+                or os.sep in checkpoint_name or checkpoint_name == STATE_FILENAME:
+            raise ValueError(
+                f"checkpoint_name must be a non-empty file name without '{os.sep}' and other "
+                f"than {STATE_FILENAME!r}, got {checkpoint_name!r}."
+            )
+        if init_fn is not None and not callable(init_fn):
+            raise TypeError(f"init_fn must be callable or None, got {init_fn!r}.")
+        self._checkpoint = checkpoint
+        self._directory = directory
+        self._max_to_keep = None if max_to_keep is None else int(max_to_keep)
+        self._prefix = os.path.join(directory, checkpoint_name)
+        self._init_fn = init_fn
+        self._kept = collections.OrderedDict()  # path -> timestamp, oldest first
+        self._latest = None
+        recovered = _read_state(directory)
+        if recovered is not None:
+            for path, stamp in zip(recovered.paths, recovered.timestamps):
+                self._kept[path] = stamp
+            self._latest = recovered.latest
+
+    @property
+    def checkpoint(self):
+        return self._checkpoint
+
+    @property
+    def directory(self):
+        return self._directory
+
+    @property
+    def latest_checkpoint(self):
+        """The path of the newest checkpoint, or None."""
+        return self._latest
+
+    @property
+    def checkpoints(self):
+        """The kept checkpoints' paths, oldest first."""
+        return list(self._kept)
+
+    def save(self, checkpoint_number=None, check_interval=True, options=None):
+        """Save a new checkpoint (numbered ``checkpoint_number``, else the incremented save
+        counter), delete the oldest beyond ``max_to_keep`` and update the state file.
+
+        Every rank must call it; only the writer touches files. Returns the path."""
+        _no_options(options, "CheckpointManager.save")
+        _require_cross_replica("save")
+        number = None if checkpoint_number is None else _checkpoint_number(checkpoint_number)
+        counter = self._checkpoint.save_counter
+        before = int(counter.numpy())
+        counter.assign(np.int64(before + 1), read_value=False)
+        path = f"{self._prefix}-{before + 1 if number is None else number}"
+        try:
+            coordination = self._checkpoint._write(path, record_state=False)
+        except BaseException:
+            counter.assign(np.int64(before), read_value=False)
+            raise
+        self._kept.pop(path, None)
+        self._kept[path] = time.time()
+        self._latest = path
+        doomed = []
+        while self._max_to_keep is not None and len(self._kept) > self._max_to_keep:
+            doomed.append(self._kept.popitem(last=False)[0])
+
+        def sweep_and_record():
+            for old in doomed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(old)
+            _write_state(self._directory, self._latest, list(self._kept),
+                         list(self._kept.values()))
+
+        # After the first agreement every rank has finished any earlier restore, so deleting
+        # an old checkpoint cannot pull a file from under a slower rank.
+        coordination.run(f"Updating the checkpoint state in {self._directory!r}", sweep_and_record)
+        return path
+
+    def restore_or_initialize(self):
+        """Restore the latest checkpoint and return its path; without one call ``init_fn``
+        (if given) and return None."""
+        if self._latest is not None:
+            self._checkpoint.restore(self._latest)
+            return self._latest
+        if self._init_fn is not None:
+            self._init_fn()
+        return None
