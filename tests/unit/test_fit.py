@@ -1,0 +1,258 @@
+"""mpidist.fit / evaluate and the callbacks: the same weights under every strategy and replica
+count (partial final batches included), logs and metrics, callback hooks, checkpoints, the
+progress display, and errors."""
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+import textwrap
+
+import numpy as np
+import pytest
+
+import mpidist
+from mpidist.data import Dataset
+
+from replicas import mirrored
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((50, 3))
+Y = X @ np.array([1.5, -2.0, 0.5]) + 0.3 + 0.01 * RNG.standard_normal(50)
+
+
+class Linear:
+    """Least squares, y ≈ x·w + b, with per-example loss (err²) and hand-written gradients."""
+
+    def __init__(self):
+        self.w = mpidist.Variable(np.zeros(3), name="w")
+        self.b = mpidist.Variable(0.0, name="b")
+
+    @property
+    def trainable_variables(self):
+        return [self.w, self.b]
+
+    def predict(self, x):
+        return x @ self.w.read_value() + self.b.read_value()
+
+    def loss_and_gradients(self, x, y):
+        err = self.predict(x) - y
+        return err**2, [2 * x.T @ err, np.asarray(2 * err.sum())]
+
+
+class Within(mpidist.metrics.Mean):
+    """Fraction of predictions within 0.1 of the target (a Mean of booleans)."""
+
+    def update_state(self, y, predictions):
+        super().update_state(np.abs(predictions - y) < 0.1)
+
+
+def train(strategy, epochs=4, batch=16, **kwargs):
+    with strategy.scope():
+        model = Linear()
+        optimizer = mpidist.optimizers.SGD(0.05, momentum=0.5)
+    ds = Dataset.from_tensor_slices((X, Y)).shuffle(50, seed=2).batch(batch)
+    kwargs.setdefault("verbose", 0)
+    history = mpidist.fit(model, ds, epochs=epochs, optimizer=optimizer, strategy=strategy,
+                          **kwargs)
+    return model, optimizer, history
+
+
+def host(v):
+    return np.asarray(v.numpy())
+
+
+# -- the same numbers everywhere -------------------------------------------------------------------
+def test_same_weights_under_every_strategy_with_partial_batches():
+    ref_model, ref_opt, ref_hist = train(mpidist.OneDeviceStrategy("/cpu:0"))
+    assert int(ref_opt.iterations.numpy()) == 4 * 4  # 50 rows in batches of 16: 4 steps
+    for strategy in (mpidist.get_strategy(), mirrored(2), mirrored(3), mirrored(4)):
+        model, opt, hist = train(strategy)
+        for a, b in zip(model.trainable_variables, ref_model.trainable_variables):
+            np.testing.assert_allclose(host(a), host(b), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(hist.history["loss"], ref_hist.history["loss"], rtol=1e-12)
+        assert int(opt.iterations.numpy()) == 16
+
+
+def test_the_update_is_the_gradient_of_the_global_mean_loss():
+    # One step, batch of all 50 rows, plain SGD: w1 = w0 - lr * mean gradient.
+    strategy = mirrored(3)
+    with strategy.scope():
+        model = Linear()
+        optimizer = mpidist.optimizers.SGD(0.1)
+    history = mpidist.fit(model, Dataset.from_tensor_slices((X, Y)).batch(50), epochs=1,
+                          optimizer=optimizer, strategy=strategy, verbose=0)
+    np.testing.assert_allclose(host(model.w), -0.1 * (2 * X.T @ (-Y)) / 50, rtol=1e-12)
+    np.testing.assert_allclose(history.history["loss"], [np.mean(Y**2)], rtol=1e-12)
+
+
+def test_loss_and_metrics_in_the_logs():
+    strategy = mirrored(2)
+    with strategy.scope():
+        model = Linear()
+        optimizer = mpidist.optimizers.Adam(0.1)
+        within = Within(name="within")
+    history = mpidist.fit(model, Dataset.from_tensor_slices((X, Y)).batch(10), epochs=30,
+                          optimizer=optimizer, strategy=strategy, metrics=[within], verbose=0)
+    assert set(history.history) == {"loss", "within"}
+    assert history.epoch == list(range(30))
+    assert history.history["loss"][-1] < history.history["loss"][0] / 10
+    logs = mpidist.evaluate(model, Dataset.from_tensor_slices((X, Y)).batch(7), strategy=strategy,
+                            metrics=[within])
+    predictions = X @ host(model.w) + float(host(model.b))
+    np.testing.assert_allclose(logs["loss"], np.mean((predictions - Y) ** 2), rtol=1e-12)
+    assert logs["within"] == pytest.approx(np.mean(np.abs(predictions - Y) < 0.1), abs=1e-12)
+
+
+def test_steps_per_epoch_and_initial_epoch():
+    strategy = mirrored(2)
+    _, optimizer, history = train(strategy, epochs=3, steps_per_epoch=2, initial_epoch=1)
+    assert int(optimizer.iterations.numpy()) == 4
+    assert history.epoch == [1, 2]
+
+
+# -- callbacks ---------------------------------------------------------------------------------------
+class Recorder(mpidist.callbacks.Callback):
+    def __init__(self):
+        self.events = []
+
+    def on_train_begin(self, logs=None):
+        self.events.append(("train_begin", self.params["epochs"], self.params["steps"]))
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.events.append(("epoch_begin", epoch))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.events.append(("batch_end", batch, round(logs["loss"], 12) >= 0))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.events.append(("epoch_end", epoch, sorted(logs)))
+
+    def on_train_end(self, logs=None):
+        self.events.append(("train_end",))
+
+
+def test_callback_hooks_in_order():
+    recorder = Recorder()
+    train(mirrored(2), epochs=2, batch=25, callbacks=[recorder])
+    assert recorder.events == [
+        ("train_begin", 2, 2),
+        ("epoch_begin", 0), ("batch_end", 0, True), ("batch_end", 1, True), ("epoch_end", 0, ["loss"]),
+        ("epoch_begin", 1), ("batch_end", 0, True), ("batch_end", 1, True), ("epoch_end", 1, ["loss"]),
+        ("train_end",),
+    ]
+    assert recorder.model is not None and recorder.strategy is not None
+
+
+def test_model_checkpoint_saves_every_epoch_and_restores(tmp_path):
+    strategy = mirrored(2)
+    checkpoints = mpidist.callbacks.ModelCheckpoint(tmp_path, max_to_keep=2)
+    model, optimizer, _ = train(strategy, epochs=3, callbacks=[checkpoints])
+    assert [os.path.basename(p) for p in checkpoints.manager.checkpoints] == ["ckpt-2", "ckpt-3"]
+    assert mpidist.train.latest_checkpoint(tmp_path).endswith("ckpt-3")
+    # Restore into a fresh model under another strategy and replica count.
+    other = mirrored(3)
+    with other.scope():
+        fresh = Linear()
+        fresh_optimizer = mpidist.optimizers.SGD(0.05, momentum=0.5)
+    fresh_optimizer.build(fresh.trainable_variables)
+    from mpidist.training.callbacks import ModelVariables
+
+    checkpoint = mpidist.train.Checkpoint(model=ModelVariables(fresh), optimizer=fresh_optimizer)
+    checkpoint.restore(mpidist.train.latest_checkpoint(tmp_path)).assert_consumed()
+    for a, b in zip(fresh.trainable_variables, model.trainable_variables):
+        np.testing.assert_array_equal(host(a), host(b))
+    assert int(fresh_optimizer.iterations.numpy()) == int(optimizer.iterations.numpy())
+
+
+def test_backup_and_restore_on_a_clean_run_leaves_nothing(tmp_path):
+    backup = mpidist.callbacks.BackupAndRestore(tmp_path / "backup", save_freq=3)
+    model, _, _ = train(mirrored(2), callbacks=[backup])
+    reference, _, _ = train(mirrored(2))
+    np.testing.assert_array_equal(host(model.w), host(reference.w))
+    assert not (tmp_path / "backup").exists()
+
+
+def test_bad_callback_arguments():
+    with pytest.raises(ValueError, match="save_freq must be 'epoch' or a positive number"):
+        mpidist.callbacks.BackupAndRestore("/tmp/x", save_freq=0)
+    with pytest.raises(ValueError, match="save_freq"):
+        mpidist.callbacks.ModelCheckpoint("/tmp/x", save_freq="batch")
+
+
+# -- errors --------------------------------------------------------------------------------------------
+def test_fit_errors():
+    strategy = mirrored(2)
+    with strategy.scope():
+        model = Linear()
+        optimizer = mpidist.optimizers.SGD(0.1)
+    ds = Dataset.from_tensor_slices((X, Y)).batch(10)
+    with pytest.raises(TypeError, match="lacks \\['loss_and_gradients'\\]"):
+        mpidist.fit(object.__new__(type("M", (), {"trainable_variables": []})), ds,
+                    optimizer=optimizer, strategy=strategy)
+    with pytest.raises(ValueError, match="expect a dataset of \\(x, y\\) pairs"):
+        mpidist.fit(model, Dataset.from_tensor_slices(X).batch(10), optimizer=optimizer,
+                    strategy=strategy, verbose=0)
+
+    class WrongGradients(Linear):
+        def loss_and_gradients(self, x, y):
+            loss, grads = super().loss_and_gradients(x, y)
+            return loss, grads[:1]
+
+    with strategy.scope():
+        wrong = WrongGradients()
+    with pytest.raises(ValueError, match="returned 1 gradients for 2 trainable variables"):
+        mpidist.fit(wrong, ds, optimizer=optimizer, strategy=strategy, verbose=0)
+    with pytest.raises(RuntimeError, match="outside strategy.run"):
+        strategy.run(lambda: mpidist.fit(model, ds, optimizer=optimizer, strategy=strategy))
+
+
+# -- progress display ---------------------------------------------------------------------------------
+SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from test_fit import train
+    from replicas import mirrored
+    train(mirrored(2), epochs=2, verbose={verbose!r})
+""")
+
+
+def _run_script(verbose, tty):
+    code = SCRIPT.format(tests=os.path.dirname(__file__), verbose=verbose)
+    if not tty:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout + proc.stderr
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=follower, stdout=follower,
+                            stderr=follower, close_fds=True)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait(timeout=120) == 0
+    os.close(leader)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_epoch_lines_when_not_a_terminal():
+    out = _run_script("auto", tty=False)
+    assert out.count("Epoch 1/2 - loss: ") == 1 and out.count("Epoch 2/2 - loss: ") == 1
+    assert "step/s" not in out and "it/s" not in out
+    assert _run_script(0, tty=False) == ""
+
+
+def test_progress_bar_on_a_terminal():
+    out = _run_script(1, tty=True)
+    assert "Epoch 1/2" in out and "Epoch 2/2" in out
+    assert "4/4" in out and "step" in out  # tqdm's counter over the epoch's 4 steps
