@@ -120,3 +120,59 @@ def test_input_pipeline_benchmark_under_multi_worker():
     assert code == 0, f"exit {code} (None = hang):\n{out}"
     assert "MultiWorkerMirroredStrategy, 2 rank(s)" in out
     assert len([line for line in out.splitlines() if line.strip().startswith(("32 ", "256 "))]) == 4
+
+
+# -- examples/digits_mlp.py: a real model on a real dataset under every strategy -------------------
+def _digits():
+    sys.path.insert(0, str(ROOT / "examples"))
+    import digits_mlp  # noqa: PLC0415
+
+    return digits_mlp
+
+
+@pytest.fixture(scope="module")
+def digits_reference():
+    accuracy, weights, _ = _digits().run("one-device", 1, "fit")
+    return accuracy, weights
+
+
+@pytest.mark.parametrize("kind, replicas, loop", [
+    ("one-device", 1, "custom"), ("mirrored", 2, "fit"), ("mirrored", 3, "custom"),
+    ("mirrored", 4, "fit"), ("mirrored", 4, "custom"),
+])
+def test_digits_same_model_under_every_strategy(digits_reference, kind, replicas, loop):
+    ref_accuracy, ref_weights = digits_reference
+    assert ref_accuracy > 0.95  # the model really learns the digits
+    accuracy, weights, _ = _digits().run(kind, replicas, loop)
+    assert accuracy == ref_accuracy
+    for got, want in zip(weights, ref_weights):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("nprocs, replicas, loop", [(2, 1, "fit"), (2, 2, "custom"), (4, 1, "fit"),
+                                                    (4, 1, "custom")])
+def test_digits_under_multi_worker_mirrored(digits_reference, nprocs, replicas, loop):
+    from mpi_launch import launch
+
+    argv = [str(ROOT / "examples" / "digits_mlp.py"), "--strategy", "multi-worker",
+            "--replicas", str(replicas), "--loop", loop, "--json"]
+    code, out = launch(nprocs, argv, 240)
+    assert code == 0, f"exit {code} (None = hang):\n{out}"
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, out  # the chief alone reports
+    result = json.loads(lines[0])
+    assert result["replicas"] == nprocs * replicas
+    ref_accuracy, ref_weights = digits_reference
+    assert result["accuracy"] == ref_accuracy
+    for got, want in zip(result["weights"], ref_weights):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-9, atol=1e-12)
+
+
+def test_digits_prints_progress_on_the_chief_only():
+    from mpi_launch import launch
+
+    code, out = launch(2, [str(ROOT / "examples" / "digits_mlp.py"), "--strategy", "multi-worker",
+                           "--epochs", "2"], 240)
+    assert code == 0, out
+    assert out.count("Epoch 1/2 - loss:") == 1 and out.count("Epoch 2/2 - loss:") == 1
+    assert out.count("test accuracy") == 1
