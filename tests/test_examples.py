@@ -176,3 +176,22 @@ def test_digits_prints_progress_on_the_chief_only():
     assert code == 0, out
     assert out.count("Epoch 1/2 - loss:") == 1 and out.count("Epoch 2/2 - loss:") == 1
     assert out.count("test accuracy") == 1
+
+
+def test_training_step_benchmark_runs(capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import training_step  # noqa: PLC0415
+
+    rows = training_step.main(["--quick"])
+    assert [r[0] for r in rows] == ["OneDevice", "Mirrored x2"]
+    assert rows[0][3] == 0.0 and rows[1][3] > 0  # one replica never communicates
+    assert all(0 < r[3] < r[2] for r in rows[1:])
+    assert "comm %" in capsys.readouterr().out
+
+
+def test_training_step_benchmark_under_multi_worker():
+    from mpi_launch import launch
+
+    code, out = launch(2, [str(ROOT / "benchmarks" / "training_step.py"), "--quick"], 240)
+    assert code == 0, f"exit {code} (None = hang):\n{out}"
+    assert "MWMS 2x1" in out
