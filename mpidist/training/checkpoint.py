@@ -19,51 +19,32 @@ is complete.
 
 import collections
 import contextlib
-import errno
-import hashlib
-import json
 import os
-import re
-import secrets
 import time
-import zipfile
 
 import numpy as np
 
 from mpidist.backend import as_array
 from mpidist.core import state
-from mpidist.errors import InvalidArgumentError
+from mpidist.training.checkpoint_format import (
+    STATE_FILENAME,
+    latest_checkpoint,
+    path_argument,
+    read_checkpoint_file,
+    read_state,
+    write_checkpoint_file,
+    write_state,
+)
 from mpidist.values.variables import Variable
 
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "latest_checkpoint"]
 
-FORMAT_NAME = "mpidist-checkpoint"
-FORMAT_VERSION = 1
-STATE_FILENAME = "checkpoint"
-STATE_FORMAT = "mpidist-checkpoint-state"
 SAVE_COUNTER_KEY = "save_counter"
 
-_MANIFEST_MEMBER = "manifest.npy"
-_MEMBER_NAME = re.compile(r"t[0-9]+\.npy")
-_DTYPE_STR = re.compile(r"[<>|=][biufc][0-9]{1,2}")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _STATUS_BYTES = 1024  # one rank's report in the end-of-save agreement: flag + message
 
 
 # -- Arguments ----------------------------------------------------------------------------------
-def _path_argument(value, name):
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str):
-        raise TypeError(
-            f"{name} must be a path (a str or os.PathLike), got {value!r} of type "
-            f"{type(value).__name__}; pass e.g. '/tmp/training/ckpt'."
-        )
-    if not value:
-        raise ValueError(f"{name} must not be empty; pass a path such as '/tmp/training/ckpt'.")
-    return value
-
-
 def _no_options(options, method):
     if options is not None:
         raise NotImplementedError(
@@ -254,253 +235,6 @@ def _assign(var, value):
         var.assign(value, read_value=False)
 
 
-def _digest(arr):
-    return hashlib.sha256(arr.reshape(-1).view(np.uint8)).hexdigest()
-
-
-# -- Files --------------------------------------------------------------------------------------
-def _fsync_directory(directory):
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # e.g. a platform where directories cannot be opened
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path, write_fn):
-    """Write ``path`` through ``write_fn(file)`` so that it appears complete or not at all."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory,
-                       f".{os.path.basename(path)}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write_fn(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_directory(directory)
-
-
-def _write_member(zf, name, arr):
-    with zf.open(name, "w", force_zip64=True) as fh:
-        np.lib.format.write_array(fh, arr, allow_pickle=False)
-
-
-def _write_checkpoint_file(path, entries, save_counter):
-    """``entries``: ``[(key, contiguous host array)]``."""
-    manifest = {"format": FORMAT_NAME, "version": FORMAT_VERSION,
-                "save_counter": int(save_counter), "entries": []}
-    for i, (key, arr) in enumerate(entries):
-        manifest["entries"].append({"key": key, "member": f"t{i}.npy", "dtype": arr.dtype.str,
-                                    "shape": list(arr.shape), "sha256": _digest(arr)})
-    manifest_bytes = np.frombuffer(json.dumps(manifest).encode("utf-8"), dtype=np.uint8)
-
-    def write(f):
-        with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-            _write_member(zf, _MANIFEST_MEMBER, manifest_bytes)
-            for entry, (_, arr) in zip(manifest["entries"], entries):
-                _write_member(zf, entry["member"], arr)
-
-    _atomic_write(path, write)
-
-
-class _Corrupt(Exception):
-    """What is wrong inside a checkpoint file (turned into InvalidArgumentError)."""
-
-
-def _readinto(fh, arr):
-    view = memoryview(arr.reshape(-1).view(np.uint8))
-    pos = 0
-    while pos < len(view):
-        n = fh.readinto(view[pos:])
-        if not n:
-            raise _Corrupt(f"its data ends after {pos} of {len(view)} bytes")
-        pos += n
-
-
-def _read_member(zf, name, dtype, shape=None):
-    """The array of ``.npy`` member ``name``; its header must say ``dtype`` (and ``shape``)."""
-    try:
-        info = zf.getinfo(name)
-    except KeyError:
-        raise _Corrupt(f"member {name!r} is missing") from None
-    if info.compress_type != zipfile.ZIP_STORED:
-        raise _Corrupt(f"member {name!r} is compressed (method {info.compress_type})")
-    with zf.open(info) as fh:
-        version = np.lib.format.read_magic(fh)
-        if version == (1, 0):
-            header_shape, fortran, header_dtype = np.lib.format.read_array_header_1_0(fh)
-        elif version == (2, 0):
-            header_shape, fortran, header_dtype = np.lib.format.read_array_header_2_0(fh)
-        else:
-            raise _Corrupt(f"member {name!r} has .npy format version {version}")
-        if header_dtype != dtype or fortran or (shape is not None and tuple(header_shape) != shape):
-            raise _Corrupt(
-                f"member {name!r} holds dtype {header_dtype} shape {tuple(header_shape)}"
-                f"{' (Fortran order)' if fortran else ''} where the manifest says dtype {dtype}"
-                f"{'' if shape is None else f' shape {shape}'}"
-            )
-        nbytes = int(np.prod(header_shape, dtype=np.int64)) * dtype.itemsize
-        if info.file_size != fh.tell() + nbytes:
-            raise _Corrupt(f"member {name!r} has {info.file_size - fh.tell()} data bytes, "
-                           f"expected {nbytes}")
-        arr = np.empty(tuple(header_shape), dtype=dtype)
-        _readinto(fh, arr)
-        if fh.read(1):
-            raise _Corrupt(f"member {name!r} is longer than its header says")
-    return arr
-
-
-def _parse_manifest(raw):
-    try:
-        manifest = json.loads(raw.tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _Corrupt(f"its manifest is not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise _Corrupt("its manifest does not describe an mpidist checkpoint")
-    return manifest
-
-
-def _check_version(path, manifest):
-    version = manifest.get("version")
-    if version != FORMAT_VERSION:
-        newer = isinstance(version, int) and not isinstance(version, bool) \
-            and version > FORMAT_VERSION
-        raise InvalidArgumentError(
-            f"Checkpoint file {path!r} has format version {version!r}, but this mpidist reads "
-            f"version {FORMAT_VERSION} only: "
-            + ("it was written by a newer mpidist; upgrade mpidist to restore it."
-               if newer else "the file is corrupt; restore an earlier checkpoint.")
-        )
-
-
-def _entries(manifest):
-    """``[(key, member, dtype, shape, sha256)]`` from the manifest, each field checked."""
-    checked, keys, members = [], set(), set()
-    for entry in manifest["entries"]:
-        key, member, dtype, sha = entry["key"], entry["member"], entry["dtype"], entry["sha256"]
-        shape = tuple(entry["shape"])
-        if not isinstance(key, str) or key in keys or member in members \
-                or not _MEMBER_NAME.fullmatch(member) or not _SHA256.fullmatch(sha) \
-                or not all(type(d) is int and d >= 0 for d in shape):
-            raise _Corrupt(f"its manifest entry for key {key!r} is malformed")
-        if not _DTYPE_STR.fullmatch(dtype):
-            raise _Corrupt(f"key {key!r} has dtype {dtype!r}: only bool, integer, float and "
-                           "complex arrays are accepted")
-        keys.add(key)
-        members.add(member)
-        checked.append((key, member, np.dtype(dtype), shape, sha))
-    return checked
-
-
-def _read_checkpoint_file(path):
-    """``(manifest, {key: array})`` of the checkpoint at ``path``, every checksum verified."""
-    if os.path.isdir(path):
-        raise IsADirectoryError(
-            f"Checkpoint path {path!r} is a directory; pass a checkpoint's path, e.g. "
-            "mpidist.train.latest_checkpoint(directory)."
-        )
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed by the `with` below
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"No checkpoint file at {path!r}; pass a path returned by save() / write(), or "
-            "mpidist.train.latest_checkpoint(directory)."
-        ) from None
-    try:
-        with f, zipfile.ZipFile(f) as zf:
-            manifest = _parse_manifest(_read_member(zf, _MANIFEST_MEMBER, np.dtype(np.uint8)))
-            _check_version(path, manifest)
-            arrays = {}
-            for key, member, dtype, shape, sha in _entries(manifest):
-                arr = _read_member(zf, member, dtype, shape)
-                if _digest(arr) != sha:
-                    raise _Corrupt(f"the bytes of key {key!r} do not match their checksum")
-                arrays[key] = arr
-    except InvalidArgumentError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any failure to parse the bytes: a damaged file
-        detail = str(exc) if isinstance(exc, _Corrupt) else f"{type(exc).__name__}: {exc}"
-        raise InvalidArgumentError(
-            f"Checkpoint file {path!r} is truncated or corrupt: {detail}. Nothing was restored; "
-            "restore an earlier checkpoint (CheckpointManager.checkpoints lists the kept ones)."
-        ) from None
-    return manifest, arrays
-
-
-# -- The state file (TF's "checkpoint" file) ----------------------------------------------------
-def _state_path(directory):
-    return os.path.join(directory, STATE_FILENAME)
-
-
-def _relative(directory, path):
-    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(directory):
-        return os.path.basename(path)
-    return os.path.abspath(path)
-
-
-def _write_state(directory, latest, paths, timestamps):
-    doc = {"format": STATE_FORMAT, "version": 1,
-           "latest_checkpoint": None if latest is None else _relative(directory, latest),
-           "all_checkpoints": [_relative(directory, p) for p in paths],
-           "all_checkpoint_timestamps": [float(t) for t in timestamps]}
-    data = (json.dumps(doc, indent=1) + "\n").encode("utf-8")
-    _atomic_write(_state_path(directory), lambda f: f.write(data))
-
-
-_State = collections.namedtuple("_State", ["latest", "paths", "timestamps"])
-
-
-def _read_state(directory):
-    """The directory's state (paths joined onto ``directory``), or None without a state file."""
-    path = _state_path(directory)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-        if doc["format"] != STATE_FORMAT:
-            raise ValueError("it is not an mpidist checkpoint state file")
-        latest, names = doc["latest_checkpoint"], list(doc["all_checkpoints"])
-        stamps = [float(t) for t in doc.get("all_checkpoint_timestamps", [])]
-        if not all(isinstance(n, str) for n in names + [latest or ""]):
-            raise ValueError("a checkpoint name is not a string")
-    except (ValueError, TypeError, KeyError) as exc:  # JSON and UTF-8 errors are ValueErrors
-        raise InvalidArgumentError(
-            f"The checkpoint state file {path!r} is corrupt ({type(exc).__name__}: {exc}). The "
-            "checkpoint files are not affected: delete the state file and restore a checkpoint "
-            "by its path."
-        ) from None
-    if len(stamps) != len(names):
-        stamps = [0.0] * len(names)
-    return _State(None if latest is None else os.path.join(directory, latest),
-                  [os.path.join(directory, n) for n in names], stamps)
-
-
-def latest_checkpoint(checkpoint_dir):
-    """The path of the newest checkpoint recorded in ``checkpoint_dir``'s state file, or None
-    when there is none (no directory, no state file, or its latest file is gone)."""
-    checkpoint_dir = _path_argument(checkpoint_dir, "checkpoint_dir")
-    found = _read_state(checkpoint_dir)
-    if found is None or found.latest is None or not os.path.isfile(found.latest):
-        return None
-    return found.latest
-
-
 # -- Restore status -----------------------------------------------------------------------------
 def _listing(keys, limit=10):
     shown = ", ".join(repr(k) for k in keys[:limit])
@@ -645,7 +379,7 @@ class Checkpoint:
         """Increment ``save_counter`` and write ``f"{file_prefix}-{save_counter}"``; record it
         as the latest checkpoint in the directory's state file. Returns the path."""
         _no_options(options, "Checkpoint.save")
-        prefix = _path_argument(file_prefix, "file_prefix")
+        prefix = path_argument(file_prefix, "file_prefix")
         _require_cross_replica("save")
         before = int(self._save_counter.numpy())
         self._save_counter.assign(np.int64(before + 1), read_value=False)
@@ -661,7 +395,7 @@ class Checkpoint:
         """Write the checkpoint to exactly ``file_prefix`` (no counter, no state file);
         returns the path."""
         _no_options(options, "Checkpoint.write")
-        path = _path_argument(file_prefix, "file_prefix")
+        path = path_argument(file_prefix, "file_prefix")
         _require_cross_replica("write")
         self._write(path, record_state=False)
         return path
@@ -681,10 +415,10 @@ class Checkpoint:
         counter = int(self._save_counter.numpy())
 
         def write():
-            _write_checkpoint_file(path, entries, counter)
+            write_checkpoint_file(path, entries, counter)
             if record_state:
                 directory = os.path.dirname(path) or os.curdir
-                _write_state(directory, path, [path], [time.time()])
+                write_state(directory, path, [path], [time.time()])
 
         coordination.run(f"Writing checkpoint {path!r}", write)
         return coordination
@@ -697,9 +431,9 @@ class Checkpoint:
         _no_options(options, "Checkpoint.restore")
         if save_path is None:
             return InitializationOnlyStatus()
-        path = _path_argument(save_path, "save_path")
+        path = path_argument(save_path, "save_path")
         _require_cross_replica("restore")
-        _, saved = _read_checkpoint_file(path)
+        _, saved = read_checkpoint_file(path)
         matched, unmatched = [], []
         for key, var in _walk(self._items()):
             if key in saved:
@@ -768,7 +502,7 @@ class CheckpointManager:
                 f"CheckpointManager needs an mpidist.train.Checkpoint, got a "
                 f"{type(checkpoint).__name__}: wrap your objects, Checkpoint(model=..., ...)."
             )
-        directory = _path_argument(directory, "directory")
+        directory = path_argument(directory, "directory")
         if max_to_keep is not None and (isinstance(max_to_keep, bool) or
                                         not isinstance(max_to_keep, (int, np.integer))
                                         or max_to_keep <= 0):
@@ -798,7 +532,7 @@ class CheckpointManager:
         self._init_fn = init_fn
         self._kept = collections.OrderedDict()  # path -> timestamp, oldest first
         self._latest = None
-        recovered = _read_state(directory)
+        recovered = read_state(directory)
         if recovered is not None:
             for path, stamp in zip(recovered.paths, recovered.timestamps):
                 self._kept[path] = stamp
@@ -850,7 +584,7 @@ class CheckpointManager:
             for old in doomed:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(old)
-            _write_state(self._directory, self._latest, list(self._kept),
+            write_state(self._directory, self._latest, list(self._kept),
                          list(self._kept.values()))
 
         # After the first agreement every rank has finished any earlier restore, so deleting

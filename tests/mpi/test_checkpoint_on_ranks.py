@@ -19,7 +19,7 @@ from mpidist import VariableAggregation as Agg
 from mpidist import VariableSynchronization as Sync
 from mpidist.cluster_resolver import MPIClusterResolver
 from mpidist.train import Checkpoint, CheckpointManager, latest_checkpoint
-from mpidist.training import checkpoint as ckpt_module
+from mpidist.training import checkpoint_format as file_format
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
@@ -55,13 +55,13 @@ def shared_dir():
 def writes(monkeypatch):
     """The paths this rank wrote (through the module's atomic writer)."""
     written = []
-    real = ckpt_module._atomic_write
+    real = file_format._atomic_write
 
     def spy(path, write_fn):
         written.append(os.path.basename(path))
         return real(path, write_fn)
 
-    monkeypatch.setattr(ckpt_module, "_atomic_write", spy)
+    monkeypatch.setattr(file_format, "_atomic_write", spy)
     return written
 
 
@@ -163,7 +163,7 @@ def test_a_failed_write_on_the_chief_raises_on_every_rank(shared_dir, monkeypatc
         def no_space(*args):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(ckpt_module, "_write_member", no_space)
+        monkeypatch.setattr(file_format, "_write_member", no_space)
     expected = (OSError, "No space left") if rank == 0 else \
         (RuntimeError, "failed on rank 0: OSError: .*No space left on device")
     with pytest.raises(expected[0], match=expected[1]):

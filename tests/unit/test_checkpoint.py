@@ -18,7 +18,7 @@ import pytest
 import mpidist
 from mpidist.errors import InvalidArgumentError
 from mpidist.train import Checkpoint, CheckpointManager, latest_checkpoint
-from mpidist.training import checkpoint as ckpt_module
+from mpidist.training import checkpoint_format as file_format
 from replicas import mirrored as S, rid
 from mpidist import VariableAggregation as Agg
 from mpidist import VariableSynchronization as Sync
@@ -558,7 +558,7 @@ class TestDamagedFiles:
 # ---------------------------------------------------------------------------------------------
 class TestAtomicWrite:
     def test_failure_midway_leaves_no_file(self, tmp_path, monkeypatch):
-        real = ckpt_module._write_member
+        real = file_format._write_member
         calls = []
 
         def fail_on_second(zf, name, arr):
@@ -567,7 +567,7 @@ class TestAtomicWrite:
                 raise OSError(28, "No space left on device")
             real(zf, name, arr)
 
-        monkeypatch.setattr(ckpt_module, "_write_member", fail_on_second)
+        monkeypatch.setattr(file_format, "_write_member", fail_on_second)
         ck = Checkpoint(w=plain(np.arange(10.0)))
         with pytest.raises(OSError, match="No space left"):
             ck.save(str(tmp_path / "ck"))
@@ -577,7 +577,7 @@ class TestAtomicWrite:
     def test_failed_overwrite_keeps_the_old_file(self, tmp_path, monkeypatch):
         path = str(tmp_path / "w")
         Checkpoint(w=plain(1.0)).write(path)
-        monkeypatch.setattr(ckpt_module.os, "replace",
+        monkeypatch.setattr(file_format.os, "replace",
                             lambda *a: (_ for _ in ()).throw(OSError("rename failed")))
         with pytest.raises(OSError, match="rename failed"):
             Checkpoint(w=plain(2.0)).write(path)
@@ -599,8 +599,8 @@ class TestAtomicWrite:
             events.append(("replace", os.path.basename(dst)))
             real_replace(src, dst)
 
-        monkeypatch.setattr(ckpt_module.os, "fsync", fsync)
-        monkeypatch.setattr(ckpt_module.os, "replace", replace)
+        monkeypatch.setattr(file_format.os, "fsync", fsync)
+        monkeypatch.setattr(file_format.os, "replace", replace)
         Checkpoint(w=plain(1.0)).save(str(tmp_path / "ck"))
         d = tmp_path.name
         assert [e[0] for e in events] == ["fsync", "replace", "fsync"] * 2
@@ -693,7 +693,7 @@ class TestManager:
         x = plain(0.0)
         mgr = CheckpointManager(Checkpoint(x=x), str(tmp_path), max_to_keep=1)
         first = mgr.save()
-        monkeypatch.setattr(ckpt_module, "_write_member",
+        monkeypatch.setattr(file_format, "_write_member",
                             lambda *a: (_ for _ in ()).throw(OSError("disk gone")))
         with pytest.raises(OSError, match="disk gone"):
             mgr.save()
