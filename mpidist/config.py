@@ -54,6 +54,18 @@ def _env_number(name, default, kind=float, off=None):
     return number
 
 
+def _env_threads(name):
+    """``auto`` (default), ``off`` (None) or a positive thread count."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "auto"):
+        return "auto"
+    number = _env_number(name, "auto", kind=int, off=None)
+    if number == 0:
+        warnings.warn(f"{name}=0 is not a thread count; using 'auto'.", RuntimeWarning, stacklevel=3)
+        return "auto"
+    return number
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Settings read once from the environment.
@@ -69,6 +81,11 @@ class Config:
             between ranks of one node use the shared-memory path (None: never).
         abort_on_exception: ``MPIDIST_ABORT_ON_EXCEPTION``: an uncaught exception on any rank
             of a multi-rank job ends the whole job (MPI_Abort) after printing its traceback.
+        cpu_threads: ``MPIDIST_CPU_THREADS``: the BLAS / OpenMP threads each rank of a
+            multi-worker job may use. ``"auto"`` (default): the cores the rank is bound to, or
+            the node's cores shared out among its ranks, unless OMP_NUM_THREADS,
+            OPENBLAS_NUM_THREADS or MKL_NUM_THREADS is set; an int: that many; None
+            (``off``): leave the thread pools alone.
     """
 
     log_level: str = ""
@@ -77,6 +94,7 @@ class Config:
     stall_warning_seconds: float = 60.0
     shm_min_bytes: int = 256 * 1024
     abort_on_exception: bool = True
+    cpu_threads: object = "auto"
 
     @classmethod
     def from_env(cls):
@@ -87,6 +105,7 @@ class Config:
             stall_warning_seconds=_env_number("MPIDIST_STALL_SECONDS", 60.0),
             shm_min_bytes=_env_number("MPIDIST_SHM_MIN_BYTES", 256 * 1024, kind=int),
             abort_on_exception=_env_bool("MPIDIST_ABORT_ON_EXCEPTION", True),
+            cpu_threads=_env_threads("MPIDIST_CPU_THREADS"),
         )
 
 

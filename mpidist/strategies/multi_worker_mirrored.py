@@ -8,6 +8,7 @@ numbers are those of a MirroredStrategy with the same total replicas.
 import numpy as np
 
 from mpidist.backend import as_array, cupy_backend, num_gpus
+from mpidist.backend.threads import cap_cpu_threads
 from mpidist.cluster_resolver import ClusterResolver, MPIClusterResolver
 from mpidist.cluster_resolver.multi_worker import (
     id_in_cluster,
@@ -16,6 +17,7 @@ from mpidist.cluster_resolver.multi_worker import (
     validate_cluster_spec,
 )
 from mpidist.comm.communicator import world_communicator
+from mpidist.config import get_config
 from mpidist.comm.nccl import RankNcclGroup, nccl_module
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
 from mpidist.core.devices import DeviceSpec, parse_device
@@ -97,6 +99,7 @@ def _local_devices(resolver, comm, task_type, task_id):
 class _MultiWorkerExtended(_MirroredExtended):
     def __init__(self, container_strategy, resolver, options):
         comm = world_communicator()
+        cap_cpu_threads(comm.local_size, get_config().cpu_threads)
         task_type, task_id, worker_id, chief = _worker_identity(resolver, comm)
         devices = _local_devices(resolver, comm, task_type, task_id)
         counts = comm.all_gather_object(len(devices))

@@ -302,3 +302,18 @@ def test_one_dtype_batch_takes_the_packed_path_and_results_stay_valid(dtype, byt
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
     for x, k in zip(first, kept):
         np.testing.assert_array_equal(x, k)
+
+
+@pytest.mark.mpi
+def test_blas_threads_are_shared_out_among_the_ranks_of_a_node():
+    from threadpoolctl import threadpool_info
+
+    from mpidist.backend.threads import threads_per_rank
+
+    mwms(1)
+    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+    expected = threads_per_rank(local, "auto")
+    blas = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert blas, "NumPy's BLAS was not found by threadpoolctl"
+    if expected is not None:
+        assert all(n == expected for n in blas), (blas, expected)

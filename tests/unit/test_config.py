@@ -57,3 +57,34 @@ def test_stall_seconds(monkeypatch):
     assert Config.from_env().stall_warning_seconds == 2.5
     monkeypatch.setenv("MPIDIST_STALL_SECONDS", "off")
     assert Config.from_env().stall_warning_seconds is None
+
+
+@pytest.mark.parametrize("raw, expected", [(None, "auto"), ("auto", "auto"), ("off", None),
+                                           ("3", 3), ("0", "auto"), ("x", "auto")])
+def test_cpu_threads(monkeypatch, raw, expected):
+    if raw is None:
+        monkeypatch.delenv("MPIDIST_CPU_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("MPIDIST_CPU_THREADS", raw)
+    if raw in ("0", "x"):
+        with pytest.warns(RuntimeWarning, match="MPIDIST_CPU_THREADS"):
+            assert Config.from_env().cpu_threads == expected
+    else:
+        assert Config.from_env().cpu_threads == expected
+
+
+def test_threads_per_rank(monkeypatch):
+    from mpidist.backend.threads import threads_per_rank
+
+    cores = 8
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    assert threads_per_rank(4, "auto", environ={}) == 2
+    assert threads_per_rank(3, "auto", environ={}) == 2
+    assert threads_per_rank(16, "auto", environ={}) == 1
+    assert threads_per_rank(1, "auto", environ={}) is None  # a lone rank keeps every core
+    assert threads_per_rank(4, "auto", environ={"OMP_NUM_THREADS": "4"}) is None  # the user chose
+    assert threads_per_rank(4, 3, environ={"OMP_NUM_THREADS": "4"}) == 3
+    assert threads_per_rank(4, None, environ={}) is None
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})  # bound by the launcher
+    assert threads_per_rank(4, "auto", environ={}) == 3
