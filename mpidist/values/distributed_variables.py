@@ -174,10 +174,12 @@ class SyncOnReadVariable(DistributedVariable):
         return VariableSynchronization.ON_READ
 
     def _aggregated(self):
-        if self._aggregation is VariableAggregation.ONLY_FIRST_REPLICA:
-            return self._primary._value
-        op = ReduceOp.from_variable_aggregation(self._aggregation)
         components = PerReplica([c._value for c in self._values], self._devices)
+        if self._aggregation is VariableAggregation.ONLY_FIRST_REPLICA:
+            # Replica 0 of the whole job: under MultiWorkerMirroredStrategy the chief's copy,
+            # so every worker reads (and checkpoints) the same value.
+            return as_array(self._distribute_strategy.extended._first_replica_value(components))
+        op = ReduceOp.from_variable_aggregation(self._aggregation)
         with self._own_scope():
             return as_array(self._distribute_strategy.reduce(op, components, axis=None))
 

@@ -317,3 +317,17 @@ def test_blas_threads_are_shared_out_among_the_ranks_of_a_node():
     assert blas, "NumPy's BLAS was not found by threadpoolctl"
     if expected is not None:
         assert all(n == expected for n in blas), (blas, expected)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("local", LOCAL)
+def test_sync_on_read_only_first_replica_reads_the_chiefs_copy(local):
+    s = mwms(local)
+    with s.scope():
+        v = mpidist.Variable(0.0, synchronization=mpidist.VariableSynchronization.ON_READ,
+                             aggregation=mpidist.VariableAggregation.ONLY_FIRST_REPLICA)
+    s.run(lambda: v.assign(float(rid() + 1), read_value=False))
+    with s.scope():
+        assert float(v.read_value()) == 1.0  # global replica 0 lives on the chief
+        assert float(np.asarray(s.extended.read_var(v))) == 1.0
+    assert [float(c.numpy()) for c in v.values] == [rank * local + i + 1.0 for i in range(local)]
