@@ -86,6 +86,8 @@ class Config:
             the node's cores shared out among its ranks, unless OMP_NUM_THREADS,
             OPENBLAS_NUM_THREADS or MKL_NUM_THREADS is set; an int: that many; None
             (``off``): leave the thread pools alone.
+        timeline_path: ``MPIDIST_TIMELINE``: write a Chrome trace of every collective on every
+            rank to this path at exit (None: off).
     """
 
     log_level: str = ""
@@ -95,6 +97,7 @@ class Config:
     shm_min_bytes: int = 256 * 1024
     abort_on_exception: bool = True
     cpu_threads: object = "auto"
+    timeline_path: str = None
 
     @classmethod
     def from_env(cls):
@@ -106,6 +109,7 @@ class Config:
             shm_min_bytes=_env_number("MPIDIST_SHM_MIN_BYTES", 256 * 1024, kind=int),
             abort_on_exception=_env_bool("MPIDIST_ABORT_ON_EXCEPTION", True),
             cpu_threads=_env_threads("MPIDIST_CPU_THREADS"),
+            timeline_path=os.environ.get("MPIDIST_TIMELINE", "").strip() or None,
         )
 
 

@@ -6,17 +6,17 @@ communicator (``Split_type(COMM_TYPE_SHARED)`` and the processor names), not fro
 variables, so the resolver works the same under mpiexec, mpirun and srun.
 """
 
-import logging
 
 from mpidist.backend import num_gpus
 from mpidist.cluster_resolver.base import ClusterResolver, format_master_url
 from mpidist.cluster_resolver.cluster_spec import ClusterSpec
 from mpidist.comm.communicator import world_communicator
 from mpidist.core.devices import parse_device
+from mpidist.logs import get_logger
 
 __all__ = ["MPIClusterResolver"]
 
-log = logging.getLogger("mpidist.cluster_resolver")
+log = get_logger("mpidist.cluster_resolver")
 
 ALL_GPUS = "all_gpus"
 

@@ -15,7 +15,6 @@ raise UnavailableError, and at exit the rank aborts the job so that no peer wait
 """
 
 import atexit
-import logging
 import os
 import threading
 import time
@@ -26,13 +25,15 @@ import numpy as np
 from mpidist.comm.board import ProgressBoard
 from mpidist.comm.mpi import check_launch, install_abort_on_exception, mpi_module, abort_job
 from mpidist.comm.shared_memory import SharedMemoryAllReduce
+from mpidist.comm.timeline import Timeline
 from mpidist.config import get_config
 from mpidist.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
 from mpidist.kernels.arrays import is_device_array
+from mpidist.logs import get_logger, set_rank
 
 __all__ = ["Communicator", "CollectiveCall", "world_communicator"]
 
-log = logging.getLogger("mpidist.comm")
+log = get_logger("mpidist.comm")
 
 _REDUCE_OPS = ("sum", "max", "min", "prod")
 _CRC_CACHE = {}
@@ -125,6 +126,14 @@ class Communicator:
         self.shm_min_bytes = config.shm_min_bytes
         self._gpu_aware = config.gpu_aware_mpi
         self._stall_seconds = config.stall_warning_seconds
+        self._timeline = Timeline(config.timeline_path, self.rank, self.size, self.hosts) \
+            if config.timeline_path else None
+        set_rank(self.rank, self.size)
+        log.info("communicator ready: rank %d of %d on %s (node %d of %d, local rank %d of %d); "
+                 "shared-memory all-reduce %s; collective checks %s", self.rank, self.size,
+                 self.hosts[self.rank], self.node_index, self.num_nodes, self.local_rank,
+                 self.local_size, "on" if self._shm is not None else "off",
+                 "on" if self.check_collectives else "off")
         if self.size > 1:
             install_abort_on_exception()
         atexit.register(self._at_exit)
@@ -333,7 +342,10 @@ class Communicator:
             abort_job(f"ending the job because {self._broken}.")
         if self._mpi.Is_finalized():
             return
+        if self._timeline is not None:
+            self._timeline.flush()
         if self.size == 1:
+            self._merge_timeline()
             self._free()
             return
         # Ranks that ran a different number of collectives meet here instead of leaving a
@@ -343,7 +355,12 @@ class Communicator:
                 pass
         except InvalidArgumentError as err:
             abort_job(f"at exit: {err}")
+        self._merge_timeline()  # every rank has flushed its part: they all reached finalize
         self._free()
+
+    def _merge_timeline(self):
+        if self._timeline is not None and self.rank == 0:
+            self._timeline.merge()
 
     def _free(self):
         """Release windows and communicators before MPI_Finalize, which fails on some
@@ -446,7 +463,7 @@ class _Watchdog(threading.Thread):
 class _CollectiveScope:
     """``with comm._collective(call, timeout) as wait:`` — board, agreement, completion."""
 
-    __slots__ = ("_comm", "_call", "_timeout", "_check", "_wait")
+    __slots__ = ("_comm", "_call", "_timeout", "_check", "_wait", "_start", "_agreed")
 
     def __init__(self, comm, call, timeout, check=True):
         self._comm = comm
@@ -462,9 +479,11 @@ class _CollectiveScope:
             comm._seq += 1
             comm._board.enter(comm._seq, self._call.operation)
             self._wait = comm._waiter(self._call, self._timeout)
+            self._start = time.time_ns() if comm._timeline is not None else 0
             if self._check and comm.check_collectives and comm.size > 1:
                 comm._agree(self._call, self._wait)
                 self._wait.agreed = True
+            self._agreed = time.time_ns() if comm._timeline is not None else 0
         except BaseException:
             comm._lock.release()
             raise
@@ -474,6 +493,10 @@ class _CollectiveScope:
         comm = self._comm
         if exc_type is None:
             comm._board.complete(comm._seq)
+            if comm._timeline is not None:
+                # Without the agreement the whole collective counts as waiting.
+                agreed = self._agreed if self._wait.agreed else time.time_ns()
+                comm._timeline.record(comm._seq, self._call, self._start, agreed, time.time_ns())
         comm._lock.release()
         return False
 

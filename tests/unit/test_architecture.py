@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Lowest first. Each entry: (layer name, module prefixes).
 LAYERS = [
-    ("base", ["mpidist.errors", "mpidist.config", "mpidist.types"]),
+    ("base", ["mpidist.errors", "mpidist.config", "mpidist.types", "mpidist.logs"]),
     ("core", ["mpidist.core"]),
     ("kernels", ["mpidist.kernels"]),
     ("backend", ["mpidist.backend"]),

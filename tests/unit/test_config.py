@@ -88,3 +88,25 @@ def test_threads_per_rank(monkeypatch):
     assert threads_per_rank(4, None, environ={}) is None
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2})  # bound by the launcher
     assert threads_per_rank(4, "auto", environ={}) == 3
+
+
+def test_timeline_path(monkeypatch):
+    monkeypatch.delenv("MPIDIST_TIMELINE", raising=False)
+    assert Config.from_env().timeline_path is None
+    monkeypatch.setenv("MPIDIST_TIMELINE", " /tmp/job.json ")
+    assert Config.from_env().timeline_path == "/tmp/job.json"
+
+
+def test_straggler_summary():
+    from mpidist.comm.timeline import summarize
+
+    # (seq, op, call, bytes, start, agreed, end) per rank: rank 2 arrives last twice, rank 0 once.
+    per_rank = {
+        0: [(1, "a", "", 0, 0, 50, 60), (2, "a", "", 0, 100, 130, 140), (3, "a", "", 0, 200, 200, 210)],
+        1: [(1, "a", "", 0, 10, 50, 60), (2, "a", "", 0, 105, 130, 140), (3, "a", "", 0, 190, 200, 210)],
+        2: [(1, "a", "", 0, 45, 50, 60), (2, "a", "", 0, 128, 130, 140), (3, "a", "", 0, 195, 200, 210)],
+    }
+    counts, waited_for, compared = summarize(per_rank)
+    assert compared == 3
+    assert counts == {2: 2, 0: 1}
+    assert waited_for == {2: (45 + 35) + (28 + 23), 0: 10 + 5}

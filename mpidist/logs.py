@@ -1,0 +1,73 @@
+"""mpidist's log lines: silent by default, rank-prefixed when on.
+
+Every module logs to a child of the ``mpidist`` logger. ``MPIDIST_LOG=info`` (or ``debug``)
+turns on lines like::
+
+    [mpidist 1/4 node0] INFO mpidist.comm: communicator ready: rank 1 of 4, local rank 1 of 4
+
+Without it only warnings print (a stalled collective, a launch problem), with the same prefix.
+The rank comes from the communicator once it exists, before that from the launcher's
+environment (PMI_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID).
+"""
+
+import logging
+import os
+import socket
+import sys
+
+from mpidist.config import get_config
+
+__all__ = ["get_logger", "set_rank"]
+
+_LEVELS = {"": logging.WARNING, "warning": logging.WARNING, "info": logging.INFO,
+           "debug": logging.DEBUG}
+_state = {"configured": False, "rank": None, "size": None}
+
+
+def set_rank(rank, size):
+    """Called by the communicator: the rank and job size shown in every line from now on."""
+    _state["rank"], _state["size"] = rank, size
+
+
+def _launcher_rank():
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return None
+
+
+class _RankFilter(logging.Filter):
+    def __init__(self):
+        super().__init__()
+        self._host = socket.gethostname().split(".")[0]
+
+    def filter(self, record):
+        rank = _state["rank"] if _state["rank"] is not None else _launcher_rank()
+        size = _state["size"]
+        label = "?" if rank is None else str(rank) if size is None else f"{rank}/{size}"
+        record.mpidist_prefix = f"[mpidist {label} {self._host}]"
+        return True
+
+
+def _configure():
+    logger = logging.getLogger("mpidist")
+    level_name = get_config().log_level
+    level = _LEVELS.get(level_name)
+    if level is None:
+        level = logging.WARNING
+        print(f"mpidist: MPIDIST_LOG={level_name!r} is not one of info, debug, warning; "
+              "logging warnings only.", file=sys.stderr)
+    logger.setLevel(level)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_RankFilter())
+    handler.setFormatter(logging.Formatter("%(mpidist_prefix)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    _state["configured"] = True
+
+
+def get_logger(name):
+    """The logger ``name`` (under ``mpidist``), with mpidist's handler installed once."""
+    if not _state["configured"]:
+        _configure()
+    return logging.getLogger(name)
