@@ -129,6 +129,7 @@ class Communicator:
         self._timeline = Timeline(config.timeline_path, self.rank, self.size, self.hosts) \
             if config.timeline_path else None
         set_rank(self.rank, self.size)
+        self._debug = log.isEnabledFor(10)  # logging.DEBUG: a line per collective
         log.info("communicator ready: rank %d of %d on %s (node %d of %d, local rank %d of %d); "
                  "shared-memory all-reduce %s; collective checks %s", self.rank, self.size,
                  self.hosts[self.rank], self.node_index, self.num_nodes, self.local_rank,
@@ -479,7 +480,7 @@ class _CollectiveScope:
             comm._seq += 1
             comm._board.enter(comm._seq, self._call.operation)
             self._wait = comm._waiter(self._call, self._timeout)
-            self._start = time.time_ns() if comm._timeline is not None else 0
+            self._start = time.time_ns() if comm._timeline is not None or comm._debug else 0
             if self._check and comm.check_collectives and comm.size > 1:
                 comm._agree(self._call, self._wait)
                 self._wait.agreed = True
@@ -497,6 +498,9 @@ class _CollectiveScope:
                 # Without the agreement the whole collective counts as waiting.
                 agreed = self._agreed if self._wait.agreed else time.time_ns()
                 comm._timeline.record(comm._seq, self._call, self._start, agreed, time.time_ns())
+            if comm._debug:
+                log.debug("collective #%d %s: %.1f us", comm._seq, self._call.describe(),
+                          (time.time_ns() - self._start) / 1000)
         comm._lock.release()
         return False
 

@@ -36,10 +36,13 @@ from mpidist.data.options import (
 )
 from mpidist.data.spec import PerReplicaSpec, TensorSpec, empty_like_spec
 from mpidist.errors import InvalidArgumentError, OutOfRangeError
+from mpidist.logs import get_logger
 from mpidist.values.containers import PerReplica
 
 __all__ = ["InputWorkers", "DistributedDataset", "DistributedIterator", "Optional",
            "distribute_dataset", "distribute_from_function"]
+
+log = get_logger("mpidist.data")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +142,9 @@ def distribute_dataset(dataset, workers, options=None):
     cardinality = _cardinality(dataset)
     if balanced and workers.num_workers > 1 and cardinality >= 0:
         cardinality = UNKNOWN_CARDINALITY
+    log.info("distributing a dataset: auto-shard policy %s, %s split over %d replica(s) of "
+             "%d worker(s)%s", policy.name, "balanced" if balanced else "ceil",
+             n, workers.num_workers, f", FILE shard {source_shard}" if source_shard else "")
     # With the legacy split every worker reads the same batches; from an in-memory source
     # their number is the same on every worker, so the per-step agreement can be skipped.
     same_steps = (not balanced and isinstance(dataset, Dataset)

@@ -22,6 +22,7 @@ from mpidist.comm.nccl import RankNcclGroup, nccl_module
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
 from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.data.distributed import InputWorkers
+from mpidist.logs import get_logger
 from mpidist.ops.collective_all_reduce import CollectiveAllReduce
 from mpidist.strategies.mirrored import _MirroredExtended
 from mpidist.strategies.strategy import Strategy
@@ -29,6 +30,8 @@ from mpidist.types import ReduceOp
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
 
 __all__ = ["MultiWorkerMirroredStrategy"]
+
+log = get_logger("mpidist.strategies")
 
 
 class MultiWorkerMirroredStrategy(Strategy):
@@ -99,7 +102,7 @@ def _local_devices(resolver, comm, task_type, task_id):
 class _MultiWorkerExtended(_MirroredExtended):
     def __init__(self, container_strategy, resolver, options):
         comm = world_communicator()
-        cap_cpu_threads(comm.local_size, get_config().cpu_threads)
+        threads = cap_cpu_threads(comm.local_size, get_config().cpu_threads)
         task_type, task_id, worker_id, chief = _worker_identity(resolver, comm)
         devices = _local_devices(resolver, comm, task_type, task_id)
         counts = comm.all_gather_object(len(devices))
@@ -115,6 +118,11 @@ class _MultiWorkerExtended(_MirroredExtended):
         super().__init__(container_strategy, devices, ops)
         self._cluster_resolver = resolver
         self._task_type, self._task_id = task_type, task_id
+        log.info("MultiWorkerMirroredStrategy: worker %d of %d (%s:%s%s), %d local replica(s) "
+                 "on %s, %d in sync; NCCL across ranks %s; BLAS threads per rank %s",
+                 worker_id, comm.size, task_type, task_id, ", chief" if chief else "",
+                 len(devices), ", ".join(str(d) for d in devices), self._global_replicas,
+                 "on" if nccl is not None else "off", threads if threads else "unchanged")
 
     @property
     def _num_replicas_in_sync(self):
