@@ -23,7 +23,8 @@ LAYERS = [
     ("data", ["mpidist.data"]),
     ("strategies", ["mpidist.strategies"]),
     ("training", ["mpidist.training"]),
-    ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli", "mpidist.experimental",
+    ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli", "mpidist.cli_info",
+             "mpidist.cli_bench", "mpidist.cli_plot", "mpidist.experimental",
              "mpidist.nn", "mpidist.optimizers", "mpidist.metrics", "mpidist.train",
              "mpidist.callbacks"]),
 ]
