@@ -181,13 +181,13 @@ def test_info_reports_singleton_ranks_without_crashing(variable, tasks):
     assert problem["message"].startswith(
         f"The launcher started {tasks} tasks ({variable}={tasks}) but MPI reports a world of "
         "size 1"), problem
-    assert "srun --mpi=pmix" in problem["fix"] and "mpiexec" in problem["fix"]
+    assert "srun --mpi=pmi2" in problem["fix"] and "srun --mpi=pmix" in problem["fix"] and "mpiexec" in problem["fix"]
     assert report["per_rank"][0]["launcher"][variable] == str(tasks)
 
     code, out, _ = run_alone("info", env=clean_env(**{variable: str(tasks)}))
     assert code == 1
     assert f"ERROR [singleton-ranks] ranks [0]: The launcher started {tasks} tasks" in out, out
-    assert "    fix: under Slurm use `srun --mpi=pmix`" in out, out
+    assert "    fix: under Slurm use `srun --mpi=pmi2` for MPICH" in out, out
 
 
 def test_bench_refuses_singleton_ranks_with_the_fix():
@@ -196,7 +196,7 @@ def test_bench_refuses_singleton_ranks_with_the_fix():
     assert out == ""
     assert err.startswith("mpidist: error on rank 0 of 1 on "), err
     assert "RuntimeError: The launcher started 2 tasks (PMI_SIZE=2) but MPI reports a world of " \
-           "size 1" in err and "srun --mpi=pmix" in err, err
+           "size 1" in err and "srun --mpi=pmi2" in err, err
 
 
 def rank(r, host="n1", device="/gpu:0", gpus=None, visible=None, local=None, cores=8, node=0):

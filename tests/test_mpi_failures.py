@@ -276,7 +276,7 @@ def test_launcher_variable_without_mpi_world_is_refused(nprocs, variable):
     assert line.startswith(f"The launcher started {tasks} tasks ({variable}={tasks}) but MPI "
                            "reports a world of size 1 on this process: every task is running "
                            "alone and would train its own model."), line
-    assert "srun --mpi=pmix" in line, line
+    assert "srun --mpi=pmi2" in line and "srun --mpi=pmix" in line, line
     assert "Traceback (most recent call last):" in out, out
     assert "num_replicas_in_sync" not in out, out
 

@@ -78,8 +78,9 @@ def check_launch(size, environ=None):
         raise RuntimeError(
             f"The launcher started {expected} tasks ({name}={expected}) but MPI reports a world of "
             f"size 1 on this process: every task is running alone and would train its own model. "
-            f"Fix: under Slurm use `srun --mpi=pmix` (or the plugin your MPI supports; see `srun "
-            f"--mpi=list`) or launch with the `mpiexec` of {mpi}; outside Slurm, use the "
+            f"Fix: under Slurm use `srun --mpi=pmi2` for MPICH (the PyPI mpich wheel included) "
+            f"or `srun --mpi=pmix` for Open MPI (see `srun --mpi=list`), or launch with the "
+            f"`mpiexec` of {mpi}; outside Slurm, use the "
             f"`mpiexec` that belongs to {mpi} (compare `mpiexec --version` with "
             f"`python -c 'from mpi4py import MPI; print(MPI.Get_library_version())'`)."
         )
