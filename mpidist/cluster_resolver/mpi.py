@@ -7,6 +7,8 @@ variables, so the resolver works the same under mpiexec, mpirun and srun.
 """
 
 
+import os
+
 from mpidist.backend import num_gpus
 from mpidist.cluster_resolver.base import ClusterResolver, format_master_url
 from mpidist.cluster_resolver.cluster_spec import ClusterSpec
@@ -97,7 +99,10 @@ class MPIClusterResolver(ClusterResolver):
             return ["/cpu:0"]
         if self._requested == ALL_GPUS:
             return [f"/gpu:{i}" for i in range(visible)]
-        if self._comm.local_size > visible:
+        narrowed = visible == 1 and os.environ.get("CUDA_VISIBLE_DEVICES", "").strip() != ""
+        if self._comm.local_size > visible and not narrowed:
+            # (With one visible GPU named in CUDA_VISIBLE_DEVICES each rank was most likely given
+            # its own by the launcher, e.g. Slurm's --gpus-per-task; `mpidist info` checks.)
             log.warning(
                 "%d ranks on this node share %d visible GPU(s): ranks will share GPUs. Start one "
                 "rank per GPU, or pass MPIClusterResolver(local_devices=...).",

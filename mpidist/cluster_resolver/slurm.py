@@ -55,6 +55,15 @@ def get_num_gpus():
     return sum(line.startswith("GPU ") for line in listing.splitlines())
 
 
+def _gpus_bound_by_slurm():
+    """GPUs per task when Slurm bound them (``--gpus-per-task``): ``SLURM_GPUS_PER_TASK``, if
+    this task sees exactly that many; else 0."""
+    raw = os.environ.get("SLURM_GPUS_PER_TASK", "").strip()
+    if not raw.isdigit() or int(raw) == 0:
+        return 0
+    return int(raw) if get_num_gpus() == int(raw) else 0
+
+
 def _check_jobs(jobs):
     if not isinstance(jobs, dict):
         raise TypeError(f"jobs must be a dict {{job name: number of tasks}}, got {jobs!r}.")
@@ -83,6 +92,9 @@ class SlurmClusterResolver(ClusterResolver):
     - launched by Open MPI's ``mpirun`` (``OMPI_COMM_WORLD_RANK`` set), rank, size and local
       rank come from ``OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK``, and tasks per node from
       ``OMPI_COMM_WORLD_LOCAL_SIZE`` when set (the Slurm step then describes mpirun's daemons);
+    - when Slurm bound GPUs to tasks (``SLURM_GPUS_PER_TASK`` set and the task sees exactly
+      that many GPUs), each task has those GPUs and ``CUDA_VISIBLE_DEVICES`` is left as Slurm
+      set it (TF divides the task's own GPUs among the node's tasks, which gives 0);
     - ``CUDA_VISIBLE_DEVICES=""`` counts 0 GPUs (TF: 1); with 0 GPUs per task every task gets
       none and ``CUDA_VISIBLE_DEVICES`` is left alone (TF fails in ``range()``);
     - ``task_type``/``task_id`` are known from construction on (TF: after ``cluster_spec()``),
@@ -115,6 +127,13 @@ class SlurmClusterResolver(ClusterResolver):
 
         max_tasks_per_node = max(self._task_configuration.values(), default=0)
         num_tasks = sum(self._task_configuration.values())
+        # Slurm may already have given each task its own GPUs (--gpus-per-task): then a task
+        # sees only those, and dividing them among the node's tasks would give it none.
+        self._bound_by_slurm = (gpus_per_node is None and gpus_per_task is None
+                                and _gpus_bound_by_slurm())
+        if self._bound_by_slurm:
+            gpus_per_task = self._bound_by_slurm
+            gpus_per_node = gpus_per_task * max_tasks_per_node
         if gpus_per_node is None:
             gpus_per_node = get_num_gpus()
         if gpus_per_task is None:
@@ -184,7 +203,7 @@ class SlurmClusterResolver(ClusterResolver):
         """The cluster, rebuilt on every call; with ``auto_set_gpu`` also sets this task's
         ``CUDA_VISIBLE_DEVICES`` (before any GPU library initialises)."""
         spec = self._spec()
-        if self._auto_set_gpu and self._gpus_per_task:
+        if self._auto_set_gpu and self._gpus_per_task and not self._bound_by_slurm:
             os.environ["CUDA_VISIBLE_DEVICES"] = self._layout()[self._rank][1]
         return spec
 

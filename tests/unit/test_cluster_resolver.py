@@ -943,3 +943,19 @@ def test_import_loads_no_mpi_cuda_or_numba():
                          check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "none"
+
+
+def test_slurm_gpus_bound_per_task_are_the_tasks_own(slurm_step):
+    # srun --gpus-per-task=1: Slurm gives each task one GPU and shows it only that one.
+    slurm_step.setenv("SLURM_GPUS_PER_TASK", "1")
+    slurm_step.setenv("CUDA_VISIBLE_DEVICES", "3")
+    resolver = SlurmClusterResolver()
+    assert resolver.num_accelerators() == {"GPU": 1}
+    resolver.cluster_spec()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"  # left as Slurm set it
+    # Without Slurm's binding the TF rule divides the visible GPUs among the node's tasks.
+    slurm_step.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    assert SlurmClusterResolver().num_accelerators() == {"GPU": 2}
+    slurm_step.delenv("SLURM_GPUS_PER_TASK")
+    slurm_step.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert SlurmClusterResolver().num_accelerators() == {"GPU": 0}
