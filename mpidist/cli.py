@@ -274,9 +274,14 @@ def cmd_bench_allreduce(args):
             f"{args.dtype} elements ({itemsize} bytes each)")
     table = not (args.json or args.csv)
     printed = {"header": False}
+    bar = {"tqdm": None}
 
     def on_row(job, raw, ours, settings):
-        if not table or raw is None:
+        if raw is None:
+            return
+        if bar["tqdm"] is not None:
+            bar["tqdm"].update(1)
+        if not table:
             return
         if not printed["header"]:
             print("\n".join(cli_bench.allreduce_header(job, args.dtype, _timer_text(settings))),
@@ -286,9 +291,19 @@ def cmd_bench_allreduce(args):
 
     def run(timer, settings):
         rank0 = timer.control.Get_rank() == 0
-        return cli_bench.run_allreduce(
-            sizes, args.ops, args.dtype, timer,
-            on_row=(lambda job, raw, ours: on_row(job, raw, ours, settings)) if rank0 else None)
+        if rank0 and not table and sys.stderr.isatty():
+            # --json / --csv print at the end: show the sweep's progress on a terminal.
+            from tqdm import tqdm  # noqa: PLC0415
+
+            bar["tqdm"] = tqdm(total=len(sizes) * len(args.ops), desc="allreduce sweep",
+                               unit="case", leave=False)
+        try:
+            return cli_bench.run_allreduce(
+                sizes, args.ops, args.dtype, timer,
+                on_row=(lambda job, raw, ours: on_row(job, raw, ours, settings)) if rank0 else None)
+        finally:
+            if bar["tqdm"] is not None:
+                bar["tqdm"].close()
 
     def emit(job, rows, settings):
         print("\n".join(cli_bench.allreduce_summary(rows)), flush=True)
