@@ -19,7 +19,9 @@
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -27,15 +29,10 @@ import mpidist
 from mpidist.backend import cupy_backend
 from mpidist.data import Dataset
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from job import slowest, world  # noqa: E402
+
 FEATURES = 64
-
-
-def world():
-    try:
-        from mpi4py import MPI  # noqa: PLC0415 - only when launched under MPI
-    except ImportError:
-        return None
-    return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
 
 
 def make_strategy(replicas, comm, gpus=False):
@@ -56,11 +53,7 @@ def per_step_us(iterable_factory, comm):
     steps = 0
     for _ in iterable_factory():
         steps += 1
-    elapsed = time.perf_counter() - start
-    if comm is not None:
-        from mpi4py import MPI  # noqa: PLC0415
-
-        elapsed = comm.allreduce(elapsed, op=MPI.MAX)
+    elapsed = slowest(comm, time.perf_counter() - start)
     return elapsed / max(steps, 1) * 1e6
 
 

@@ -25,16 +25,9 @@ from mpidist.data import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import digits_mlp  # noqa: E402
+from job import slowest, world  # noqa: E402
 
 GLOBAL_BATCH = 256
-
-
-def world():
-    try:
-        from mpi4py import MPI  # noqa: PLC0415
-    except ImportError:
-        return None
-    return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
 
 
 class CommTimer:
@@ -75,12 +68,8 @@ def measure(label, strategy, hidden, rows, rounds, comm):
             comm.Barrier()
         start = time.perf_counter()
         mpidist.fit(model, dataset, epochs=1, optimizer=optimizer, strategy=strategy, verbose=0)
-        elapsed, spent = time.perf_counter() - start, timer.seconds
-        if comm is not None:
-            from mpi4py import MPI  # noqa: PLC0415
-
-            elapsed = comm.allreduce(elapsed, op=MPI.MAX)
-            spent = comm.allreduce(spent, op=MPI.MAX)
+        elapsed = slowest(comm, time.perf_counter() - start)
+        spent = slowest(comm, timer.seconds)
         step_ms.append(elapsed / steps * 1e3)
         comm_ms.append(spent / steps * 1e3)
     step, communicating = statistics.median(step_ms), statistics.median(comm_ms)

@@ -1,0 +1,20 @@
+"""What the benchmarks that run alone or under mpiexec share: the MPI job, if any, and the
+slowest rank's time."""
+
+
+def world():
+    """MPI_COMM_WORLD when launched on several ranks, else None (mpi4py is then not needed)."""
+    try:
+        from mpi4py import MPI  # noqa: PLC0415 - only when launched under MPI
+    except ImportError:
+        return None
+    return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
+
+
+def slowest(comm, seconds):
+    """``seconds`` on the slowest rank (itself without a job)."""
+    if comm is None:
+        return seconds
+    from mpi4py import MPI  # noqa: PLC0415
+
+    return comm.allreduce(seconds, op=MPI.MAX)
