@@ -79,8 +79,7 @@ class BackupAndRequeue(mpidist.callbacks.BackupAndRestore):
             return
         step = int(self.optimizer.iterations.numpy())
         if self.save_freq == "epoch" or step % self.save_freq != 0:  # not backed up just now
-            # BackupAndRestore's own save, as at its save_freq steps: position = (epoch, batch + 1)
-            self._backup(self._loop.epoch, batch + 1)
+            self.backup_now(batch)
         self.stopped_at = step
         raise Preempted(step)
 

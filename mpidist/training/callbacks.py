@@ -157,9 +157,15 @@ class BackupAndRestore(Callback):
         self._progress.assign(np.array([epoch, step, loss_sum, count], np.float64))
         self.manager.save()
 
+    def backup_now(self, batch):
+        """Back up at the end of step ``batch`` of the current epoch, as the periodic backups
+        do (call it from ``on_train_batch_end`` on every rank, e.g. when the job is told it
+        will be preempted); a restart resumes after that step."""
+        self._backup(self._loop.epoch, batch + 1)
+
     def on_train_batch_end(self, batch, logs=None):
         if self.save_freq != "epoch" and self._loop.global_step % self.save_freq == 0:
-            self._backup(self._loop.epoch, batch + 1)
+            self.backup_now(batch)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.save_freq == "epoch":
