@@ -17,6 +17,7 @@ from mpidist.ops.cross_device_ops import as_per_replica, normalize_pairs
 from mpidist.ops.destinations import resolve_devices, simple_broadcast, validate_destinations
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
 from mpidist.types import ReduceOp, as_reduce_op
+from mpidist.values.containers import PerReplica
 
 __all__ = ["CollectiveAllReduce", "DEFAULT_BYTES_PER_PACK"]
 
@@ -79,17 +80,42 @@ class CollectiveAllReduce(ReductionToOneDevice):
         arrays = _single_host_replicas(pairs)
         if arrays is None:
             return super().batch_reduce_implementation(reduce_op, pairs, options)
+        return self._batch_reduce_host_arrays(reduce_op, arrays, pairs[0][1], options)
+
+    def batch_reduce_host_values(self, reduce_op, pairs, options):
+        """One replica per rank: ``(value, destinations)`` pairs whose values are host arrays,
+        bare or as one-component PerReplica values, sharing one CPU destination, reduced
+        packed in a single pass over the pairs. None when the batch is not of that kind (then
+        use ``batch_reduce``)."""
+        destinations = pairs[0][1] if pairs else None
+        arrays = []
+        ndarray = np.ndarray
+        for value, dest in pairs:
+            if dest is not destinations:
+                return None
+            if type(value) is not ndarray:
+                if type(value) is not PerReplica or len(value.values) != 1:
+                    return None
+                value = value.values[0]
+            arrays.append(value)
+        if _packable(arrays) is None:
+            return None
+        validate_destinations(destinations)
+        if not _on_host(destinations):
+            return None
+        return self._batch_reduce_host_arrays(reduce_op, arrays, destinations, options)
+
+    def _batch_reduce_host_arrays(self, reduce_op, arrays, destinations, options):
         # The one-replica-per-rank layout: each tensor is packed once (one concatenate) into a
         # recycled buffer that MPI reduces in place; results are views into it.
-        destinations = pairs[0][1]
         dtype = arrays[0].dtype
         layout = self._fusion.layout_of(tuple(a.shape for a in arrays))
         with self._fusion.lock:
             flat = self._fusion.host_result(layout.total, dtype)
             np.concatenate([a.reshape(-1) for a in arrays], out=flat)
             flat = self._across_workers(flat, reduce_op, options, layout)
-            results = [None] * len(pairs)
-            items = [(i, None) for i in range(len(pairs))]
+            results = [None] * len(arrays)
+            items = [(i, None) for i in range(len(arrays))]
             self._unpack_to(flat, layout, items, destinations, results, self._fusion)
         return results
 
@@ -149,27 +175,38 @@ class CollectiveAllReduce(ReductionToOneDevice):
 _PACKABLE = frozenset(np.dtype(t) for t in ("float32", "float64", "int32", "int64"))
 
 
+def _on_host(destinations):
+    return all(d.is_cpu for d in resolve_devices(destinations))
+
+
+def _packable(arrays):
+    """``arrays`` when there are at least two and all are host ndarrays of one packable
+    dtype; else None."""
+    if len(arrays) < 2:
+        return None
+    dtype = getattr(arrays[0], "dtype", None)
+    if dtype not in _PACKABLE:  # (np.dtype(None) is float64: never compare a dtype with None)
+        return None
+    ndarray = np.ndarray
+    for a in arrays:
+        if type(a) is not ndarray or (a.dtype is not dtype and a.dtype != dtype):
+            return None
+    return arrays
+
+
 def _single_host_replicas(pairs):
     """The arrays of a batch whose values each have one host replica of one packable dtype
     and share one CPU destination object; None for any other batch."""
     destinations = pairs[0][1] if pairs else None
-    if len(pairs) < 2 or not all(d.is_cpu for d in resolve_devices(destinations)):
+    if len(pairs) < 2 or not _on_host(destinations):
         return None
     arrays = []
-    ndarray = np.ndarray
-    first = pairs[0][0].values[0]
-    dtype = getattr(first, "dtype", None)
-    if dtype not in _PACKABLE:  # (np.dtype(None) is float64: never compare a dtype with None)
-        return None
     for value, dest in pairs:
         components = value.values
         if dest is not destinations or len(components) != 1:
             return None
-        a = components[0]
-        if type(a) is not ndarray or (a.dtype is not dtype and a.dtype != dtype):
-            return None
-        arrays.append(a)
-    return arrays
+        arrays.append(components[0])
+    return _packable(arrays)
 
 
 def _pack_ranges(layout, itemsize, bytes_per_pack):

@@ -175,9 +175,15 @@ class _MultiWorkerExtended(_MirroredExtended):
     def _batch_reduce_to(self, reduce_op, pairs, options):
         if self._num_workers > 1 and len(self._device_specs) == 1:
             # One replica per rank: strategy.run (and a replica's all_reduce) hands over bare
-            # arrays, and each is that replica's value; wrapped, the batch travels packed.
+            # arrays, and each is that replica's value. Host values go packed straight away;
+            # anything else is wrapped, and then travels packed where it can.
+            packed = self._cross_device_ops.batch_reduce_host_values(reduce_op, pairs, options)
+            if packed is not None:
+                return packed
+            devices, ndarray, wrap = self._device_specs, np.ndarray, PerReplica._trusted
             pairs = [(v if isinstance(v, DistributedValues)
-                      else PerReplica([as_array(v)], self._device_specs), d) for v, d in pairs]
+                      else wrap((v if type(v) is ndarray else as_array(v),), devices), d)
+                     for v, d in pairs]
         return super()._batch_reduce_to(reduce_op, pairs, options)
 
     def _gather(self, value, axis):

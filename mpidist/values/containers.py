@@ -35,6 +35,14 @@ class DistributedValues:
                 )
         self._devices = devices
 
+    @classmethod
+    def _trusted(cls, values, devices):
+        """A container built without the checks, for hot paths whose ``values`` and
+        ``devices`` are already tuples of the same, non-zero length."""
+        obj = cls.__new__(cls)
+        obj._values, obj._devices = values, devices
+        return obj
+
     @property
     def values(self):
         """The components, a tuple in replica order."""
