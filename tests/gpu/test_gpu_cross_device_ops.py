@@ -10,7 +10,7 @@ import mpidist
 from mpidist import kernels
 from mpidist.comm.nccl import nccl_module
 
-from test_gpu_strategy import _need_gpus
+from gpu_gate import need_gpus as _need_gpus
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "int64"])

@@ -12,7 +12,7 @@ import mpidist
 from mpidist.backend import num_gpus
 from mpidist.data import Dataset
 
-from test_gpu_strategy import _need_gpus
+from gpu_gate import need_gpus as _need_gpus
 
 
 def _strategy():

@@ -11,7 +11,7 @@ import mpidist
 from mpidist.backend import num_gpus
 from mpidist.cluster_resolver import MPIClusterResolver
 
-from test_gpu_strategy import _need_gpus
+from gpu_gate import need_gpus as _need_gpus
 
 
 def test_default_binding_is_one_gpu_per_rank():

@@ -3,25 +3,12 @@
 Skipped where no GPU is visible; with MPIDIST_TEST_GPU=1 a missing GPU is a failure instead.
 """
 
-import os
-
 import numpy as np
-import pytest
 
 import mpidist
-from mpidist.backend import cupy_backend, num_gpus
+from mpidist.backend import num_gpus
 
-REQUIRE_GPU = os.environ.get("MPIDIST_TEST_GPU", "0") == "1"
-
-
-def _need_gpus(count):
-    have = num_gpus()
-    if have >= count:
-        return
-    reason = f"needs {count} GPU(s), found {have} ({cupy_backend.unavailable_reason()})"
-    if REQUIRE_GPU:
-        pytest.fail(reason)
-    pytest.skip(reason)
+from gpu_gate import need_gpus as _need_gpus
 
 
 def _gpu_strategy():

@@ -10,7 +10,7 @@ import numpy as np
 import mpidist
 from mpidist.backend import num_gpus
 
-from test_gpu_strategy import _need_gpus
+from gpu_gate import need_gpus as _need_gpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 

@@ -9,6 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
+from gpu_gate import need_gpus
 from replicas import mirrored, rid
 
 import mpidist
@@ -472,10 +473,7 @@ def test_variable_inputs():
 
 
 def _cupy_or_skip():
-    from mpidist.backend import num_gpus
-
-    if num_gpus() < 1:
-        pytest.skip("needs a GPU with CuPy")
+    need_gpus(1)
     import cupy
 
     return cupy
