@@ -17,11 +17,9 @@ import sys
 import traceback
 
 from mpidist import cli_bench
+from mpidist.logs import LAUNCHER_RANK_VARIABLES, launcher_rank
 
 __all__ = ["main", "run", "build_parser"]
-
-# Set by launchers before MPI starts: lets argument errors print once, not once per rank.
-_LAUNCHER_RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 
 QUICK = {"sizes": cli_bench.QUICK_SIZES, "rounds": 3, "warmup": 1, "min_time": 0.002}
 DEFAULTS = {"sizes": cli_bench.DEFAULT_SIZES, "rounds": 5, "warmup": 5, "min_time": 0.02}
@@ -36,11 +34,8 @@ class CommandError(RuntimeError):
 
 
 def _launcher_rank():
-    for name in _LAUNCHER_RANK_VARIABLES:
-        raw = os.environ.get(name, "").strip()
-        if raw.isdigit():
-            return int(raw)
-    return 0
+    # Known before MPI starts: lets argument errors print once, not once per rank.
+    return launcher_rank() or 0  # a process started alone is rank 0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -329,7 +324,7 @@ def _where():
         from mpidist.comm.mpi import rank_label  # noqa: PLC0415
 
         return rank_label()
-    for name in _LAUNCHER_RANK_VARIABLES:
+    for name in LAUNCHER_RANK_VARIABLES:
         raw = os.environ.get(name, "").strip()
         if raw.isdigit():
             return f"rank {raw} ({name}; before MPI started)"

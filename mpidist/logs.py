@@ -7,7 +7,7 @@ turns on lines like::
 
 Without it only warnings print (a stalled collective, a launch problem), with the same prefix.
 The rank comes from the communicator once it exists, before that from the launcher's
-environment (PMI_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID).
+environment (PMI_RANK, PMIX_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID).
 """
 
 import logging
@@ -17,7 +17,7 @@ import sys
 
 from mpidist.config import get_config
 
-__all__ = ["get_logger", "set_rank"]
+__all__ = ["get_logger", "launcher_rank", "set_rank"]
 
 _LEVELS = {"": logging.WARNING, "warning": logging.WARNING, "info": logging.INFO,
            "debug": logging.DEBUG}
@@ -29,10 +29,15 @@ def set_rank(rank, size):
     _state["rank"], _state["size"] = rank, size
 
 
-def _launcher_rank():
-    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
+LAUNCHER_RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+
+
+def launcher_rank():
+    """This process's rank as its launcher announced it (before MPI starts), or None."""
+    for name in LAUNCHER_RANK_VARIABLES:
+        raw = os.environ.get(name, "").strip()
+        if raw.isdigit():
+            return int(raw)
     return None
 
 
@@ -42,7 +47,7 @@ class _RankFilter(logging.Filter):
         self._host = socket.gethostname().split(".")[0]
 
     def filter(self, record):
-        rank = _state["rank"] if _state["rank"] is not None else _launcher_rank()
+        rank = _state["rank"] if _state["rank"] is not None else launcher_rank()
         size = _state["size"]
         label = "?" if rank is None else str(rank) if size is None else f"{rank}/{size}"
         record.mpidist_prefix = f"[mpidist {label} {self._host}]"
