@@ -142,7 +142,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     accuracy, weights, strategy = run(args.strategy, args.replicas, args.loop, args.epochs,
                                       verbose=0 if args.json else "auto")
-    if getattr(strategy.extended, "_is_chief", True):  # the chief alone reports
+    if strategy.extended.should_save_summary:  # the chief alone reports
         if args.json:
             print(json.dumps({"accuracy": accuracy, "replicas": strategy.num_replicas_in_sync,
                               "weights": [w.tolist() for w in weights]}))

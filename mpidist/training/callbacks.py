@@ -174,13 +174,9 @@ class BackupAndRestore(Callback):
     def on_train_end(self, logs=None):
         if not self.delete_checkpoint:
             return
-        if _is_chief(self.strategy):
+        if self.strategy.extended.should_checkpoint:  # the worker that writes the files
             shutil.rmtree(self.backup_dir, ignore_errors=True)
         _barrier(self.strategy)
-
-
-def _is_chief(strategy):
-    return getattr(strategy.extended, "_is_chief", True) if strategy is not None else True
 
 
 def _barrier(strategy):

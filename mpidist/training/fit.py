@@ -24,7 +24,7 @@ from mpidist.data.dataset import Dataset
 from mpidist.data.distributed import DistributedDataset
 from mpidist.core import state
 from mpidist.strategies.context import get_replica_context, get_strategy
-from mpidist.training.callbacks import BackupAndRestore, History, _is_chief
+from mpidist.training.callbacks import BackupAndRestore, History
 from mpidist.types import ReduceOp
 
 __all__ = ["fit", "evaluate"]
@@ -227,7 +227,7 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
         cb.set_context(model, optimizer, strategy, params)
         if isinstance(cb, BackupAndRestore):
             cb.attach(loop)
-    progress = _Progress(verbose, _is_chief(strategy), epochs, steps)
+    progress = _Progress(verbose, strategy.extended.should_save_summary, epochs, steps)
     with strategy.scope():
         for cb in callbacks:
             cb.on_train_begin()
@@ -278,6 +278,6 @@ def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0):
         logs = {"loss": totals[0] / totals[1] if totals[1] else float("nan")}
         for metric in metrics:
             logs[metric.name] = float(metric.result())
-    if verbose and _is_chief(strategy):
+    if verbose and strategy.extended.should_save_summary:
         print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()), flush=True)
     return logs

@@ -52,7 +52,7 @@ def main():
     history = mpidist.fit(model, digits_mlp.train_dataset(*train), epochs=args.epochs,
                           optimizer=optimizer, strategy=strategy, metrics=[accuracy],
                           callbacks=callbacks, verbose=0)
-    if getattr(strategy.extended, "_is_chief", True):
+    if strategy.extended.should_checkpoint:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         for i, v in enumerate(model.trainable_variables):
