@@ -19,6 +19,8 @@ import os
 import shutil
 import sys
 
+import numpy as np
+
 __all__ = ["Timeline", "summarize"]
 
 _FLUSH_EVERY = 4096  # events kept in memory before a rank appends them to its part file
@@ -29,8 +31,6 @@ def _nbytes(call):
     dtype, shape = fields.get("dtype"), fields.get("shape")
     if dtype is None or shape is None:
         return 0
-    import numpy as np  # noqa: PLC0415
-
     return int(np.dtype(dtype).itemsize * math.prod(shape))
 
 
