@@ -71,9 +71,18 @@ def _predictions(model, x, outputs):
     return model.predict(x)
 
 
-def _unwrap(strategy, value):
-    """A value every replica computed identically, as a host float."""
-    return float(as_array(strategy.experimental_local_results(value)[0]))
+def _loss_totals(per_example):
+    """This replica's ``[sum of the per-example losses, number of examples]`` (float64)."""
+    xp = array_module(per_example)
+    return xp.stack([xp.asarray(per_example, dtype=np.float64).sum(),
+                     xp.asarray(np.float64(np.shape(per_example)[0]))])
+
+
+def _update_metrics(metrics, model, x, y, outputs):
+    if metrics:
+        predictions = _predictions(model, x, outputs)
+        for metric in metrics:
+            metric.update_state(y, predictions)
 
 
 class _Progress:
@@ -136,20 +145,14 @@ class _FitLoop:
             raise ValueError(
                 f"loss_and_gradients returned {len(grads)} gradients for {len(variables)} "
                 "trainable variables; give one gradient per variable, in order.")
-        xp = array_module(per_example)
-        count = np.float64(np.shape(per_example)[0])
-        loss_sum = xp.asarray(per_example, dtype=np.float64).sum()
         reduced = get_replica_context().all_reduce(
-            ReduceOp.SUM, [xp.asarray(loss_sum), xp.asarray(count)] + grads)
-        total, n = reduced[0], float(reduced[1])
-        mean_grads = [g / g.dtype.type(n) for g in reduced[2:]]
+            ReduceOp.SUM, [_loss_totals(per_example)] + grads)
+        totals, n = reduced[0], float(reduced[0][1])
+        mean_grads = [g / g.dtype.type(n) for g in reduced[1:]]
         self.optimizer.apply_gradients(zip(mean_grads, variables),
                                        experimental_aggregate_gradients=False)
-        if self.metrics:
-            predictions = _predictions(self.model, x, outputs)
-            for metric in self.metrics:
-                metric.update_state(y, predictions)
-        return xp.stack([total, xp.asarray(n)])
+        _update_metrics(self.metrics, self.model, x, y, outputs)
+        return totals
 
     def train(self, data, epochs, callbacks, progress, steps_per_epoch, initial_epoch):
         start_epoch, skip = initial_epoch, 0
@@ -259,13 +262,8 @@ def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0):
         else:
             outputs = model.loss_and_gradients(x, y)
             per_example = outputs[0]
-        xp = array_module(per_example)
-        if metrics:
-            predictions = _predictions(model, x, outputs)
-            for metric in metrics:
-                metric.update_state(y, predictions)
-        return xp.stack([xp.asarray(per_example, dtype=np.float64).sum(),
-                         xp.asarray(np.float64(np.shape(per_example)[0]))])
+        _update_metrics(metrics, model, x, y, outputs)
+        return _loss_totals(per_example)
 
     with strategy.scope():
         for metric in metrics:
