@@ -88,6 +88,9 @@ class Config:
             (``off``): leave the thread pools alone.
         timeline_path: ``MPIDIST_TIMELINE``: write a Chrome trace of every collective on every
             rank to this path at exit (None: off).
+        full_tracebacks: ``MPIDIST_FULL_TRACEBACKS``: the report of an uncaught exception on
+            a rank shows mpidist's own frames too (default: the user's frames and the public
+            call they made, with the library's frames counted but hidden).
     """
 
     log_level: str = ""
@@ -98,6 +101,7 @@ class Config:
     abort_on_exception: bool = True
     cpu_threads: object = "auto"
     timeline_path: str = None
+    full_tracebacks: bool = False
 
     @classmethod
     def from_env(cls):
@@ -110,6 +114,7 @@ class Config:
             abort_on_exception=_env_bool("MPIDIST_ABORT_ON_EXCEPTION", True),
             cpu_threads=_env_threads("MPIDIST_CPU_THREADS"),
             timeline_path=os.environ.get("MPIDIST_TIMELINE", "").strip() or None,
+            full_tracebacks=_env_bool("MPIDIST_FULL_TRACEBACKS", False),
         )
 
 

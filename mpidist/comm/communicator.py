@@ -27,6 +27,7 @@ from mpidist.comm.mpi import check_launch, install_abort_on_exception, mpi_modul
 from mpidist.comm.shared_memory import SharedMemoryAllReduce
 from mpidist.comm.timeline import Timeline
 from mpidist.config import get_config
+from mpidist.core.user_calls import current_calls, describe_calls
 from mpidist.errors import DeadlineExceededError, InvalidArgumentError, UnavailableError
 from mpidist.kernels.arrays import is_device_array
 from mpidist.logs import get_logger, set_rank
@@ -42,20 +43,33 @@ _world_lock = threading.Lock()
 
 
 class CollectiveCall:
-    """What one rank asked for: the operation and the fields that every rank must agree on."""
+    """What one rank asked for: the operation, the fields that every rank must agree on, and
+    the chain of the user's public calls that issued it (``core.user_calls``), whose names and
+    arguments (the user's reduce op, axis, ...) are agreed on too."""
 
-    __slots__ = ("operation", "fields")
+    __slots__ = ("operation", "fields", "calls")
 
     def __init__(self, operation, **fields):
         self.operation = operation
         self.fields = tuple(fields.items())
+        self.calls = current_calls()
 
     def describe(self):
         inner = ", ".join(f"{k}={_show(v)}" for k, v in self.fields)
-        return f"{self.operation}({inner})"
+        text = f"{self.operation}({inner})"
+        if self.operation == "finalize":
+            return text + " at the end of the program"
+        return f"{text} in {describe_calls(self.calls)}" if self.calls else text
+
+    @classmethod
+    def from_parts(cls, operation, fields, calls):
+        """A call as another rank described it (``operation``, ``fields``, ``calls``)."""
+        call = cls(operation, **dict(fields))
+        call.calls = calls
+        return call
 
     def fingerprint(self, seq):
-        key = (self.operation, self.fields)
+        key = (self.operation, self.fields, self.calls)
         crc = _CRC_CACHE.get(key)
         if crc is None:
             if len(_CRC_CACHE) > 4096:  # a program has a few fixed collectives; bound anyway
@@ -252,21 +266,20 @@ class Communicator:
         # Every rank saw the disagreement (MAX and -MAX differ for all), so all gather this.
         import pickle  # noqa: PLC0415
 
-        mine = np.frombuffer(pickle.dumps((self._seq, call.operation, call.fields)), dtype=np.uint8)
-        parts = [pickle.loads(p.tobytes()) for p in self._gather_bytes(mine, None)]
+        mine = (self._seq, call.operation, call.fields, call.calls)
+        parts = [pickle.loads(p.tobytes()) for p in
+                 self._gather_bytes(np.frombuffer(pickle.dumps(mine), dtype=np.uint8), None)]
         groups = {}
         for rank, part in enumerate(parts):
             groups.setdefault(part, []).append(rank)
         lines = [f"ranks {_ranks(r)} are at collective #{seq} "
-                 f"{CollectiveCall(op, **dict(fields)).describe()}"
-                 for (seq, op, fields), r in groups.items()]
+                 f"{CollectiveCall.from_parts(op, fields, calls).describe()}"
+                 for (seq, op, fields, calls), r in groups.items()]
         differing = _differing_fields(list(groups))
         raise InvalidArgumentError(
             f"Ranks issued different collectives (seen on rank {self.rank}): " + "; ".join(lines)
             + (f". They differ in: {', '.join(differing)}" if differing else "")
-            + ". Every rank must issue the same collectives in the same order, with the same "
-            "shapes, dtypes and reduce ops (run the same program on every rank, and give every "
-            "rank a batch at every step)."
+            + ". " + _collective_advice(list(groups))
         )
 
     def _waiter(self, call, timeout):
@@ -518,16 +531,44 @@ def _ranks(ranks):
 
 
 def _differing_fields(entries):
-    """Names of the fields that differ between the groups ``(seq, op, fields)``."""
+    """What differs between the groups ``(seq, op, fields, calls)``, in the user's terms first:
+    the public calls and their arguments, then the collective's own fields."""
     names = []
+    chains = {tuple(name for name, _ in e[3]) for e in entries}
+    if len(chains) > 1:
+        shown = {" > ".join(name for name, _ in e[3])
+                 or ("the end of the program" if e[1] == "finalize" else "no public call")
+                 for e in entries}
+        names.append("the public call (" + " vs ".join(sorted(shown)) + ")")
+    else:
+        for depth, name in enumerate(next(iter(chains))):
+            args = [dict(e[3][depth][1]) for e in entries]
+            for key in sorted({k for a in args for k in a}):
+                if len({repr(a.get(key)) for a in args}) > 1:
+                    names.append(f"{name}'s argument {key}")
     if len({e[0] for e in entries}) > 1:
         names.append("sequence number")
     if len({e[1] for e in entries}) > 1:
         names.append("operation")
-    if names and names[-1] == "operation":
         return names  # different operations: their fields are not comparable
     keys = {k for e in entries for k, _ in e[2]}
     for key in sorted(keys):
         if len({dict(e[2]).get(key) for e in entries}) > 1:
             names.append(key)
     return names
+
+
+def _collective_advice(entries):
+    """The fix, naming the user's collective calls where the collectives came from them."""
+    public = sorted({name for e in entries for name, _ in e[3][:1]})
+    rule = ("Every rank must issue the same collectives in the same order, with the same "
+            "shapes, dtypes and reduce ops (run the same program on every rank, and give every "
+            "rank a batch at every step).")
+    if not public:
+        return rule
+    which = " and ".join(public)
+    verb = "is a collective call" if len(public) == 1 else "are collective calls"
+    return (f"{which} {verb} under MultiWorkerMirroredStrategy: every rank must make it, in the "
+            "same order, with the same arguments and the same shapes and dtypes (a call made on "
+            "some ranks only, e.g. under `if rank == 0:`, leaves the others at a different "
+            "collective; see 'Collective calls' in docs/multi_worker.md).")

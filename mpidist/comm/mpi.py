@@ -10,8 +10,8 @@ import signal
 import sys
 import time
 import threading
-import traceback
 
+from mpidist.comm.user_traceback import format_user_traceback
 from mpidist.config import get_config
 
 __all__ = ["mpi_module", "check_launch", "launcher_world_size", "install_abort_on_exception",
@@ -133,9 +133,9 @@ def install_abort_on_exception():
             if issubclass(exc_type, KeyboardInterrupt) or issubclass(exc_type, SystemExit):
                 previous(exc_type, exc, tb)
                 return
-            summary = "".join(traceback.format_exception_only(exc_type, exc)).strip()
-            text = "".join(traceback.format_exception(exc_type, exc, tb))
-            abort_job(f"uncaught exception; ending the job on every rank: {summary}\n{text}", code=1)
+            # The message once, after the user's frames (the traceback ends with it).
+            text = format_user_traceback(exc_type, exc, tb, full=get_config().full_tracebacks)
+            abort_job(f"uncaught exception; ending the job on every rank.\n{text}", code=1)
 
         sys.excepthook = hook
         _hook_installed = True

@@ -14,7 +14,7 @@ import queue
 import threading
 
 from mpidist.backend import device_context
-from mpidist.core import state
+from mpidist.core import state, user_calls
 from mpidist.values.containers import PerReplica
 from mpidist.values.regroup import regroup, select_replica
 
@@ -105,13 +105,15 @@ class ReplicaRunner:
 
     def _job(self, run, i, fn, args, kwargs):
         device = self._devices[i]
+        calls = user_calls.current_calls()  # collectives in the replica keep the caller's labels
 
         def job():
             ctx = self._make_replica_context(i)
             ctx._coordinator = _Link(self, run)
             outcome, value = _DONE, None
             try:
-                with ctx, state.device_scope(device), device_context(device):
+                with user_calls.adopt(calls), ctx, state.device_scope(device), \
+                        device_context(device):
                     value = fn(*select_replica(i, args), **select_replica(i, kwargs))
             except _Unwind:
                 outcome = _UNWOUND

@@ -23,6 +23,7 @@ from mpidist.backend import array_module, as_array
 from mpidist.data.dataset import Dataset
 from mpidist.data.distributed import DistributedDataset
 from mpidist.core import state
+from mpidist.core.user_calls import user_call
 from mpidist.strategies.context import get_replica_context, get_strategy
 from mpidist.training.callbacks import BackupAndRestore, History
 from mpidist.types import ReduceOp
@@ -39,6 +40,50 @@ def _check_model(model, need_gradients=True):
             f"The model ({type(model).__name__}) lacks {missing}: a model exposes "
             "`trainable_variables` and `loss_and_gradients(x, y)` returning (per_example_loss, "
             "gradients[, predictions]).")
+
+
+def _describe_strategy(strategy):
+    return f"{type(strategy).__name__} at {id(strategy):#x}"
+
+
+def _resolve_strategy(strategy, model, optimizer, call):
+    """The strategy to run ``call`` under: the one that owns the model's variables (and the
+    optimizer's state), which must agree with ``strategy`` when given.
+
+    Without this, a model built in ``strategy.scope()`` but trained by ``fit(model, ...)`` would
+    run under the default strategy: every MPI rank alone on the whole dataset.
+    """
+    owners = {}
+    for var in model.trainable_variables:
+        owner = getattr(var, "distribute_strategy", None)
+        if owner is not None:
+            owners.setdefault(id(owner), (owner, f"variable {getattr(var, 'name', '?')!r}"))
+    if len(owners) > 1:
+        listing = "; ".join(f"{what} under {_describe_strategy(s)}" for s, what in owners.values())
+        raise ValueError(
+            f"{call}: the model's variables belong to {len(owners)} different strategies "
+            f"({listing}). Create every variable of the model in one `with strategy.scope():`.")
+    model_owner = next(iter(owners.values()))[0] if owners else None
+    if optimizer is not None:
+        opt_owner = getattr(getattr(optimizer, "iterations", None), "distribute_strategy", None)
+        if opt_owner is not model_owner and (opt_owner is not None or owners):
+            where = ("outside any strategy's scope" if model_owner is None
+                     else f"under {_describe_strategy(model_owner)}")
+            opt_where = ("outside any strategy's scope" if opt_owner is None
+                         else f"under {_describe_strategy(opt_owner)}")
+            raise ValueError(
+                f"{call}: the optimizer was created {opt_where} but the model's variables "
+                f"{where}. Create the model and the optimizer in the same "
+                "`with strategy.scope():` block.")
+    if strategy is None:
+        return model_owner if model_owner is not None else get_strategy()
+    if model_owner is not None and model_owner is not strategy:
+        raise ValueError(
+            f"{call}: strategy={_describe_strategy(strategy)} but the model's variables were "
+            f"created under {_describe_strategy(model_owner)}. Pass the strategy whose scope "
+            "created the model (or leave strategy= out: fit and evaluate use the variables' "
+            "strategy).")
+    return strategy
 
 
 def _distributed(strategy, dataset):
@@ -207,7 +252,9 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
             across replicas with ``experimental_distribute_dataset``; or a DistributedDataset.
         epochs: the epoch to stop at (epochs run from ``initial_epoch``).
         optimizer: an ``mpidist.optimizers`` optimizer created in the strategy's scope.
-        strategy: defaults to the current strategy (``mpidist.get_strategy()``).
+        strategy: defaults to the strategy whose scope created the model's variables (else the
+            current strategy, ``mpidist.get_strategy()``); a different strategy than the
+            variables' is a ValueError naming both.
         metrics: ``mpidist.metrics`` objects created in the scope; reset every epoch and
             reported in the logs under their ``name``.
         callbacks: ``mpidist.callbacks.Callback`` objects (e.g. ``BackupAndRestore``).
@@ -216,7 +263,7 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
             per epoch), 2 (a line per epoch on the chief), 0 (silent).
     """
     _check_model(model)
-    strategy = strategy or get_strategy()
+    strategy = _resolve_strategy(strategy, model, optimizer, "fit")
     mode = state.current_mode()
     if mode.replica_context is not None and not mode.is_default:
         raise RuntimeError("fit() must be called outside strategy.run (in cross-replica context).")
@@ -231,7 +278,7 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
         if isinstance(cb, BackupAndRestore):
             cb.attach(loop)
     progress = _Progress(verbose, strategy.extended.should_save_summary, epochs, steps)
-    with strategy.scope():
+    with strategy.scope(), user_call("fit"):
         for cb in callbacks:
             cb.on_train_begin()
         logs = loop.train(data, epochs, callbacks, progress, steps_per_epoch, initial_epoch)
@@ -252,7 +299,7 @@ def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0):
     ``loss_and_gradients`` is used (its gradients are discarded).
     """
     _check_model(model, need_gradients=False)
-    strategy = strategy or get_strategy()
+    strategy = _resolve_strategy(strategy, model, None, "evaluate")
     data = _distributed(strategy, dataset)
     metrics = list(metrics)
 
@@ -265,7 +312,7 @@ def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0):
         _update_metrics(metrics, model, x, y, outputs)
         return _loss_totals(per_example)
 
-    with strategy.scope():
+    with strategy.scope(), user_call("evaluate"):
         for metric in metrics:
             metric.reset_state()
         totals = np.zeros(2)

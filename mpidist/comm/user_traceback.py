@@ -1,0 +1,61 @@
+"""Tracebacks that show the user's frames: a failed collective is raised from deep inside
+mpidist (25 frames of strategies, ops and the communicator), but what the user needs is the
+line of their program and the public call it made.
+"""
+
+import os
+import sys
+import sysconfig
+import traceback
+
+__all__ = ["format_user_traceback"]
+
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../mpidist
+_STDLIB = tuple(os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib"))
+
+
+def _library_roots():
+    roots = [_PACKAGE_ROOT]
+    kernels = sys.modules.get("mpidist.kernels")  # the top-level kernels/ folder, when in use
+    if kernels is not None and getattr(kernels, "__file__", None):
+        roots.append(os.path.dirname(os.path.abspath(kernels.__file__)))
+    return tuple(root + os.sep for root in roots)
+
+
+def _is_internal(filename, roots):
+    path = os.path.abspath(filename)
+    return path.startswith(roots) or os.path.realpath(path).startswith(_STDLIB)
+
+
+def _trim(exc_report, roots, seen):
+    """Keep the user's frames and, after each, the first frame it called into (the public
+    call); count the rest."""
+    if exc_report is None or id(exc_report) in seen:
+        return 0
+    seen.add(id(exc_report))
+    kept, hidden, previous_user = [], 0, False
+    for frame in exc_report.stack:
+        internal = _is_internal(frame.filename, roots)
+        if not internal or previous_user:
+            kept.append(frame)
+        else:
+            hidden += 1
+        previous_user = not internal
+    if kept:  # a failure entirely inside mpidist (a thread of its own) keeps its whole stack
+        exc_report.stack = traceback.StackSummary.from_list(kept)
+    else:
+        hidden = 0
+    return (hidden + _trim(exc_report.__cause__, roots, seen)
+            + _trim(exc_report.__context__, roots, seen))
+
+
+def format_user_traceback(exc_type, exc, tb, full=False):
+    """The traceback as text: the user's frames only unless ``full``, with a closing note of
+    how many frames inside mpidist were left out and how to see them."""
+    report = traceback.TracebackException(exc_type, exc, tb)
+    hidden = 0 if full else _trim(report, _library_roots(), set())
+    text = "".join(report.format())
+    if hidden:
+        text += (f"({hidden} frames inside mpidist not shown; set MPIDIST_FULL_TRACEBACKS=1 to "
+                 "see them)\n")
+    return text

@@ -1,0 +1,83 @@
+"""Which public call of the user's is running: the label that collectives carry.
+
+A user never calls ``all_gather(dtype=uint8)``; they call ``Checkpoint.save``. Public calls
+that issue collectives wrap their work in ``with user_call("Checkpoint.save", **fields):`` and
+every collective issued inside is labelled with the chain of such calls. The labels make the
+cross-rank fingerprint and its mismatch message speak the user's language, and the keyword
+fields (the user's reduce op, axis, ...) join the fingerprint, so ranks that disagree on them
+get an error instead of answers that differ from rank to rank.
+
+The chain is per thread; replica threads adopt their caller's chain (``adopt``).
+"""
+
+import threading
+
+__all__ = ["user_call", "current_calls", "current_label", "adopt", "describe_calls"]
+
+
+class _Chain(threading.local):
+    def __init__(self):
+        self.calls = ()
+
+
+_chain = _Chain()
+
+
+class user_call:  # noqa: N801 - used as a context manager, reads like ``with``-able function
+    """``with user_call(name, **fields):`` labels the collectives issued inside.
+
+    ``fields`` must be small hashable values (strings, numbers, None, tuples of them): they are
+    compared across ranks.
+    """
+
+    __slots__ = ("_entry", "_outer")
+
+    def __init__(self, name, **fields):
+        self._entry = (name, tuple(fields.items()))
+
+    def __enter__(self):
+        self._outer = _chain.calls
+        _chain.calls = self._outer + (self._entry,)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _chain.calls = self._outer
+        return False
+
+
+def current_calls():
+    """The calling thread's chain: a tuple of ``(name, ((field, value), ...))``, outermost first."""
+    return _chain.calls
+
+
+def current_label():
+    """``"fit > Optimizer.apply_gradients"``: the chain's names, or "" outside any public call."""
+    return describe_calls(_chain.calls, with_fields=False)
+
+
+def describe_calls(calls, with_fields=True):
+    """A chain as text, e.g. ``Strategy.reduce(reduce_op=SUM, axis=None)``."""
+    parts = []
+    for name, fields in calls:
+        if with_fields and fields:
+            name = f"{name}({', '.join(f'{k}={v}' for k, v in fields)})"
+        parts.append(name)
+    return " > ".join(parts)
+
+
+class adopt:  # noqa: N801
+    """``with adopt(chain):`` runs a replica thread's work under its caller's chain."""
+
+    __slots__ = ("_calls", "_outer")
+
+    def __init__(self, calls):
+        self._calls = calls
+
+    def __enter__(self):
+        self._outer = _chain.calls
+        _chain.calls = self._calls
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _chain.calls = self._outer
+        return False
