@@ -10,6 +10,10 @@
    on (one 4-byte MAX all-reduce per step), which DATA sharding of this in-memory dataset skips
    but FILE / OFF, generator sources and distribute_datasets_from_function pay. Times are per
    step, medians over interleaved rounds, slowest rank.
+   The setup table times what is paid once per distributed dataset and once per pass:
+   ``experimental_distribute_dataset(dataset)`` (across ranks: one small all-reduce that agrees
+   the shuffle seed and checks that every rank has the same number of steps) and
+   ``iter(dist)`` (no collective), in µs per call.
 2. GPU (where CuPy sees a GPU): a step of fixed compute (matrix products on the replica's
    device) fed 8 MiB batches through the distributed iterator with the device prefetcher off
    (``experimental_per_replica_buffer_size=0``: the copy runs in line) and on (buffer 1: the copy
@@ -137,10 +141,39 @@ def gpu_table(rounds, replicas, batch_mib=8, compute_iters=20):
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def setup_table(comm, rounds, repeats=200):
+    """µs per ``experimental_distribute_dataset`` call and per ``iter()`` of the result, slowest
+    rank, medians over ``rounds``."""
+    rng = np.random.default_rng(0)
+    x = rng.random((4096, FEATURES), dtype=np.float32)
+    dataset = Dataset.from_tensor_slices((x, np.arange(4096))).batch(256)
+    strategy = make_strategy(1, comm)
+    dist = strategy.experimental_distribute_dataset(dataset)
+
+    def create():
+        for _ in range(repeats):
+            strategy.experimental_distribute_dataset(dataset)
+
+    def iterate():
+        for _ in range(repeats):
+            iter(dist)
+
+    samples = {"create": [], "iter": []}
+    for _ in range(rounds):
+        for name, fn in (("create", create), ("iter", iterate)):
+            if comm is not None:
+                comm.Barrier()
+            start = time.perf_counter()
+            fn()
+            samples[name].append(slowest(comm, time.perf_counter() - start) / repeats * 1e6)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="small sizes, one round (smoke test)")
+    parser.add_argument("--json", help="also write the tables to this file (rank 0)")
     args = parser.parse_args(argv)
     comm = world()
     rank = 0 if comm is None else comm.Get_rank()
@@ -149,6 +182,7 @@ def main(argv=None):
     rows = 4096 if args.quick else 65536
     replica_counts = (1, 2) if args.quick else (1, 2, 4)
     table = cpu_table(comm, rounds, rows, (32, 256), replica_counts)
+    setup = setup_table(comm, rounds)
     if rank == 0:
         kind = "MultiWorkerMirroredStrategy" if comm is not None else "Mirrored/OneDevice"
         print(f"CPU input path, {kind}, {ranks} rank(s); us per step (median of {rounds})")
@@ -158,7 +192,12 @@ def main(argv=None):
             print(f"{global_batch:>12} {replicas:>13} {base:>9.1f} {dist_us:>12.1f} "
                   f"{dist_us - base:>+8.1f} {dist_us / base:>6.2f} {agreed_us:>11.1f} "
                   f"{agreed_us - base:>+8.1f}")
-    return table
+        print(f"setup, us per call (median of {rounds}): experimental_distribute_dataset "
+              f"{setup['create']:.1f}, iter() {setup['iter']:.1f}")
+        if args.json:
+            import json  # noqa: PLC0415
+
+            Path(args.json).write_text(json.dumps({"per_step": table, "setup": setup}))
     if comm is None and cupy_backend.available():
         replicas = min(cupy_backend.gpu_count(), 2)
         t = gpu_table(rounds, replicas)
@@ -168,6 +207,7 @@ def main(argv=None):
         for name, ms in t.items():
             print(f"{name:>14} {ms:8.3f}")
         print(f"copy hidden behind compute: {hidden:.0%} of the in-line copy time")
+    return table
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     mpidist bench allreduce [--sizes 8:64M] [--ops sum,max] [--dtype float32]
                             [--iters N | --min-time S] [--json | --csv] [--plot out.png]
     mpidist bench batch [--tensors 100] [--tensor-size 1000] [--json|--csv] [--plot out.png]
+    mpidist run [-n N] [--launcher auto|mpiexec|srun] [LAUNCHER OPTIONS] -- PROGRAM [ARGS...]
 
 Run alone, or under ``mpiexec`` / ``srun`` (every rank runs the command; rank 0 prints).
 Exit status: 0 on success, 2 on bad arguments, 1 when something failed or ``info`` found an
@@ -116,8 +117,13 @@ def build_parser():
     parser = _Parser(prog="mpidist", description="mpidist's command line: look at a job, "
                      "benchmark its collectives. Run alone or under mpiexec / srun.")
     parser.add_argument("--version", action="version", version=f"mpidist {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{info,bench}", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", metavar="{info,bench,run}",
+                                     parser_class=_Parser)
     commands.required = True
+    # `run` parses its own arguments (mpidist.launch.runner): listed here for --help only.
+    commands.add_parser("run", add_help=False,
+                        help="start a program on N ranks, each guarded: a rank that dies is "
+                             "reported (rank, host, signal, last collective)")
 
     info = commands.add_parser(
         "info", help="the job as mpidist sees it, and launch problems",
@@ -345,6 +351,11 @@ def _world_size():
 
 def run(argv=None):
     """Run the command; returns the exit status (argument errors raise SystemExit(2))."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:  # its arguments end with the user's program: not for argparse
+        from mpidist.launch.runner import main as run_main  # noqa: PLC0415
+
+        return run_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

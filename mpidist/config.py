@@ -88,6 +88,9 @@ class Config:
             (``off``): leave the thread pools alone.
         timeline_path: ``MPIDIST_TIMELINE``: write a Chrome trace of every collective on every
             rank to this path at exit (None: off).
+        rank_state_path: ``MPIDIST_RANK_STATE``: the file in which the communicator records
+            the last collective this rank entered, for ``mpidist.guard``'s report when the rank
+            dies (set by the guard; None: off).
         full_tracebacks: ``MPIDIST_FULL_TRACEBACKS``: the report of an uncaught exception on
             a rank shows mpidist's own frames too (default: the user's frames and the public
             call they made, with the library's frames counted but hidden).
@@ -101,6 +104,7 @@ class Config:
     abort_on_exception: bool = True
     cpu_threads: object = "auto"
     timeline_path: str = None
+    rank_state_path: str = None
     full_tracebacks: bool = False
 
     @classmethod
@@ -114,6 +118,7 @@ class Config:
             abort_on_exception=_env_bool("MPIDIST_ABORT_ON_EXCEPTION", True),
             cpu_threads=_env_threads("MPIDIST_CPU_THREADS"),
             timeline_path=os.environ.get("MPIDIST_TIMELINE", "").strip() or None,
+            rank_state_path=os.environ.get("MPIDIST_RANK_STATE", "").strip() or None,
             full_tracebacks=_env_bool("MPIDIST_FULL_TRACEBACKS", False),
         )
 

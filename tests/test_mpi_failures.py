@@ -87,12 +87,16 @@ def assert_died_quickly(code, out, elapsed):
     assert "must not happen" not in out, out
 
 
-def mismatch_pattern(groups, differ):
-    """Regex of the InvalidArgumentError text for ``groups``: ``[(ranks, call), ...]``."""
+def mismatch_pattern(groups, differ, public=None):
+    """Regex of the InvalidArgumentError text for ``groups``: ``[(ranks, call), ...]``; the
+    advice names ``public``, the user's collective call(s), when the collectives came from one."""
     parts = "; ".join(rf"ranks \[{', '.join(map(str, ranks))}\] are at collective #\d+ "
                       + re.escape(call) for ranks, call in groups)
+    advice = (re.escape(f"{public} is a collective call under MultiWorkerMirroredStrategy: every "
+                        "rank must make it, in the same order") if public
+              else r"Every rank must issue the same")
     return (r"Ranks issued different collectives \(seen on rank (\d+)\): " + parts
-            + re.escape(f". They differ in: {differ}. ") + r"Every rank must issue the same")
+            + re.escape(f". They differ in: {differ}. ") + advice)
 
 
 # -- 1. a rank skips a collective ----------------------------------------------------------
@@ -127,8 +131,11 @@ def test_skipped_collective_without_timeout_mismatches_finalize(nprocs):
     assert_died_quickly(code, out, elapsed)
     assert f"rank {last}: reached the end" in out, out
     pattern = mismatch_pattern(
-        [(range(last), "all_reduce(op=sum, dtype=float64, shape=[3])"), ([last], "finalize()")],
-        "operation")
+        [(range(last), "all_reduce(op=sum, dtype=float64, shape=[3]) in "
+                       "Strategy.reduce(reduce_op=SUM, axis=None)"),
+         ([last], "finalize() at the end of the program")],
+        "the public call (Strategy.reduce vs the end of the program), operation",
+        public="Strategy.reduce")
     at_exit = [(rank, line) for rank, line in re.findall(
         rf"\[mpidist rank (\d+) of {nprocs} on [^\]\n]*\] at exit: ([^\n]*)", out)]
     caught = reports(out, "rank {rank}: InvalidArgumentError: ")
@@ -150,7 +157,7 @@ def test_uncaught_exception_on_one_rank_ends_the_job(nprocs, where):
     code, out, elapsed = run(nprocs, "raise_midway.py", 1, where)
     assert_died_quickly(code, out, elapsed)
     assert f"[mpidist rank 1 of {nprocs} on " in out, out
-    assert "uncaught exception; ending the job on every rank:" in out, out
+    assert "uncaught exception; ending the job on every rank." in out, out
     assert "Traceback (most recent call last):" in out, out
     assert 'raise RuntimeError("boom on purpose")' in out, out
     assert "RuntimeError: boom on purpose" in out, out
@@ -158,14 +165,19 @@ def test_uncaught_exception_on_one_rank_ends_the_job(nprocs, where):
 
 
 # -- 3, 4, 7. ranks all-reduce tensors that do not match -------------------------------------
+REDUCE = " in Strategy.reduce(reduce_op=SUM, axis=None)"
+IN_RUN = " in ReplicaContext.all_reduce(reduce_op=SUM, num_values=1)"
 MISMATCHES = {
-    # what: (call of rank 1, call of the others, differing field, replicas per rank)
-    "shape": ("all_reduce(op=sum, dtype=float64, shape=[4])",
-              "all_reduce(op=sum, dtype=float64, shape=[5])", "shape", 1),
-    "dtype": ("all_reduce(op=sum, dtype=float32, shape=[5])",
-              "all_reduce(op=sum, dtype=float64, shape=[5])", "dtype", 1),
-    "replica": ("all_reduce(op=sum, dtype=float64, shape=[4])",
-                "all_reduce(op=sum, dtype=float64, shape=[5])", "shape", 2),
+    # what: (call of rank 1, call of the others, differing field, replicas per rank, public call)
+    "shape": ("all_reduce(op=sum, dtype=float64, shape=[4])" + REDUCE,
+              "all_reduce(op=sum, dtype=float64, shape=[5])" + REDUCE, "shape", 1,
+              "Strategy.reduce"),
+    "dtype": ("all_reduce(op=sum, dtype=float32, shape=[5])" + REDUCE,
+              "all_reduce(op=sum, dtype=float64, shape=[5])" + REDUCE, "dtype", 1,
+              "Strategy.reduce"),
+    "replica": ("all_reduce(op=sum, dtype=float64, shape=[4])" + IN_RUN,
+                "all_reduce(op=sum, dtype=float64, shape=[5])" + IN_RUN, "shape", 2,
+                "ReplicaContext.all_reduce"),
 }
 
 
@@ -175,10 +187,10 @@ def test_mismatched_all_reduce_raises_the_same_error_on_every_rank(nprocs, what)
     """Rank 1's tensor differs from the others' (shape, dtype, or shape inside strategy.run with
     two CPU replicas per rank): every rank gets an InvalidArgumentError that names both calls
     and the differing field, catches it, and the next correct collective works."""
-    mine, others, differ, replicas = MISMATCHES[what]
+    mine, others, differ, replicas, public = MISMATCHES[what]
     code, out, elapsed = run(nprocs, "mismatch.py", what)
     rest = [0] + list(range(2, nprocs))
-    pattern = mismatch_pattern([(rest, others), ([1], mine)], differ)
+    pattern = mismatch_pattern([(rest, others), ([1], mine)], differ, public)
     caught = reports(out, "caught on rank {rank}: InvalidArgumentError: ")
     assert sorted(rank for rank, _ in caught) == list(range(nprocs)), \
         f"every rank should report the mismatch once:\n{out}"
@@ -220,7 +232,8 @@ def test_timeout_caught_on_every_waiting_rank(nprocs):
     # Past the barrier the first rank to exit aborts the job, so not every rank gets to say so.
     assert reports(out, "rank {rank}: exiting"), out
     assert re.search(rf"\[mpidist rank \d+ of {nprocs} on .*\] ending the job because collective "
-                     r"#\d+ all_reduce\(op=sum, dtype=float64, shape=\[3\]\) timed out on rank \d+\.",
+                     r"#\d+ all_reduce\(op=sum, dtype=float64, shape=\[3\]\) in "
+                     r"Strategy\.reduce\(reduce_op=SUM, axis=None\) timed out on rank \d+\.",
                      out), out
 
 
@@ -233,7 +246,7 @@ def test_timeout_uncaught_ends_the_job_with_the_error(nprocs):
     assert_died_quickly(code, out, elapsed)
     assert f"rank {last}: sleeping 6 s" in out, out
     assert f"rank {last}: woke up" not in out, f"the job waited for the sleeping rank:\n{out}"
-    assert "uncaught exception; ending the job on every rank:" in out, out
+    assert "uncaught exception; ending the job on every rank." in out, out
     assert "DeadlineExceededError: Collective has timed out during execution: collective #" \
         in out, f"the error itself is missing from the output:\n{out}"
     assert re.search(r"did not complete within 1 s on rank \d+\. Ranks that never arrived: "
@@ -295,3 +308,27 @@ def test_mpiexec_inside_a_larger_slurm_step_is_accepted(nprocs):
                        env={"SLURM_STEP_NUM_TASKS": str(nprocs + 1), "SLURM_NTASKS": str(nprocs + 2)})
     assert code == 0, out
     assert out.count(f"num_replicas_in_sync {nprocs}") == nprocs, out
+
+
+# -- an uncaught mismatch: its message once per rank, with the user's frames ----------------------
+@pytest.mark.parametrize("nprocs", NPROCS)
+def test_uncaught_mismatch_prints_once_per_rank_with_the_users_frames(nprocs):
+    """Nobody catches the mismatch: each rank that gets to print before the job ends prints
+    the message once, after a traceback of the program's own lines and the public call it made
+    (mpidist's frames are counted, not shown)."""
+    code, out, elapsed = run(nprocs, "mismatch.py", "shape", "uncaught")
+    assert_died_quickly(code, out, elapsed)
+    headers = re.findall(rf"\[mpidist rank (\d+) of {nprocs} on [^\]\n]*\] uncaught exception; "
+                         r"ending the job on every rank\.\n", out)
+    assert headers, f"no rank reported the uncaught mismatch:\n{out}"
+    for rank in set(headers):
+        assert headers.count(rank) == 1, f"rank {rank} reported twice:\n{out}"
+        seen = out.count(f"Ranks issued different collectives (seen on rank {rank})")
+        assert seen == 1, f"rank {rank}'s message printed {seen} times:\n{out}"
+    frames = re.findall(r'  File "([^"]+)", line \d+, in (\S+)', out)
+    assert any(path.endswith("mismatch.py") for path, _ in frames), out
+    inside = [(path, fn) for path, fn in frames if f"{os.sep}mpidist{os.sep}" in path]
+    assert inside and all(fn == "reduce" for _, fn in inside), (
+        f"only the public call (Strategy.reduce) may show from inside mpidist:\n{out}")
+    assert re.search(r"\(\d+ frames inside mpidist not shown; set MPIDIST_FULL_TRACEBACKS=1 "
+                     r"to see them\)", out), out

@@ -24,6 +24,7 @@ import numpy as np
 
 from mpidist.comm.board import ProgressBoard
 from mpidist.comm.mpi import check_launch, install_abort_on_exception, mpi_module, abort_job
+from mpidist.comm.rank_state import RankStateWriter
 from mpidist.comm.shared_memory import SharedMemoryAllReduce
 from mpidist.comm.timeline import Timeline
 from mpidist.config import get_config
@@ -136,6 +137,7 @@ class Communicator:
         self._fp_send = np.zeros(2, dtype=np.int64)
         self._fp_recv = np.zeros(2, dtype=np.int64)
         config = get_config()
+        self._rank_state = RankStateWriter.attach(config.rank_state_path, self.rank, self.size)
         self.check_collectives = config.check_collectives
         self.shm_min_bytes = config.shm_min_bytes
         self._gpu_aware = config.gpu_aware_mpi
@@ -211,7 +213,9 @@ class Communicator:
         import pickle  # noqa: PLC0415 - only metadata takes this path
 
         payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
-        with self._unchecked(timeout):
+        # Checked like every collective: unchecked, it could pair with another rank's
+        # fingerprint exchange and fail inside MPI instead of raising a mismatch.
+        with self._collective(CollectiveCall("all_gather_object"), timeout):
             gathered = self._gather_bytes(payload, timeout)
         return [pickle.loads(part.tobytes()) for part in gathered]
 
@@ -223,9 +227,6 @@ class Communicator:
     # -- the one path every collective takes --------------------------------------------
     def _collective(self, call, timeout):
         return _CollectiveScope(self, call, timeout)
-
-    def _unchecked(self, timeout):
-        return _CollectiveScope(self, CollectiveCall("all_gather_object"), timeout, check=False)
 
     def _gather_bytes(self, payload, timeout):
         wait = self._waiter(CollectiveCall("all_gather_object"), timeout)
@@ -492,6 +493,8 @@ class _CollectiveScope:
             comm._check_usable()
             comm._seq += 1
             comm._board.enter(comm._seq, self._call.operation)
+            if comm._rank_state is not None:  # for the guard's report if this rank dies
+                comm._rank_state.enter(comm._seq, self._call)
             self._wait = comm._waiter(self._call, self._timeout)
             self._start = time.time_ns() if comm._timeline is not None or comm._debug else 0
             if self._check and comm.check_collectives and comm.size > 1:
@@ -507,6 +510,8 @@ class _CollectiveScope:
         comm = self._comm
         if exc_type is None:
             comm._board.complete(comm._seq)
+            if comm._rank_state is not None:
+                comm._rank_state.complete(comm._seq)
             if comm._timeline is not None:
                 # Without the agreement the whole collective counts as waiting.
                 agreed = self._agreed if self._wait.agreed else time.time_ns()

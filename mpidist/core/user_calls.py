@@ -10,9 +10,10 @@ get an error instead of answers that differ from rank to rank.
 The chain is per thread; replica threads adopt their caller's chain (``adopt``).
 """
 
+import functools
 import threading
 
-__all__ = ["user_call", "current_calls", "current_label", "adopt", "describe_calls"]
+__all__ = ["user_call", "labelled", "current_calls", "current_label", "adopt", "describe_calls"]
 
 
 class _Chain(threading.local):
@@ -43,6 +44,17 @@ class user_call:  # noqa: N801 - used as a context manager, reads like ``with``-
     def __exit__(self, exc_type, exc, tb):
         _chain.calls = self._outer
         return False
+
+
+def labelled(name):
+    """Decorator: the whole function runs under ``user_call(name)``."""
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with user_call(name):
+                return fn(*args, **kwargs)
+        return wrapper
+    return decorate
 
 
 def current_calls():

@@ -11,6 +11,7 @@ every run and every rank; without a seed, a distributed dataset agrees one seed 
 """
 
 import collections.abc
+import inspect
 import itertools
 import os
 import queue
@@ -18,8 +19,18 @@ import threading
 
 import numpy as np
 
-from mpidist.backend import as_array, is_array
 from mpidist.core import nest
+from mpidist.data.arguments import (
+    check_signature,
+    count_int,
+    count_or_all,
+    flag,
+    flatten_up_to,
+    positive_int,
+    seed_int,
+    short,
+    to_data,
+)
 from mpidist.data.options import Options
 from mpidist.data.spec import TensorSpec, most_specific_common, spec_of
 from mpidist.errors import InvalidArgumentError
@@ -30,41 +41,6 @@ AUTOTUNE = -1
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
 _AUTOTUNE_PREFETCH = 2  # what AUTOTUNE means for prefetch: double buffering
-
-
-def _to_data(x):
-    """User input as a data structure: tuples / dicts stay structure, everything else an array."""
-    if isinstance(x, (tuple, collections.abc.Mapping)):
-        return nest.map_structure(_leaf_array, _lists_as_leaves(x))
-    return _leaf_array(x)
-
-
-def _lists_as_leaves(x):
-    # nest treats lists as structure; tf.data treats them as tensors, so wrap them first.
-    if isinstance(x, list):
-        return _ListLeaf(x)
-    if isinstance(x, collections.abc.Mapping):
-        items = {k: _lists_as_leaves(v) for k, v in x.items()}
-        return items if type(x) is dict else type(x)(items)
-    if isinstance(x, tuple):
-        items = [_lists_as_leaves(v) for v in x]
-        return type(x)._make(items) if nest.is_namedtuple(x) else tuple(items)
-    return x
-
-
-class _ListLeaf:
-    __slots__ = ("items",)
-
-    def __init__(self, items):
-        self.items = items
-
-
-def _leaf_array(x):
-    if isinstance(x, _ListLeaf):
-        x = x.items
-    if is_array(x):
-        return as_array(x)  # device arrays are brought to the host: pipelines run there
-    return np.asarray(x)
 
 
 class _IterContext:
@@ -103,12 +79,12 @@ class Dataset:
     def from_tensor_slices(tensors, name=None):
         """One element per row of ``tensors`` (an array or a tuple/dict of arrays whose leading
         dimensions agree)."""
-        return _TensorSlices(_to_data(tensors))
+        return _TensorSlices(to_data(tensors, "from_tensor_slices"))
 
     @staticmethod
     def from_tensors(tensors, name=None):
         """A dataset with the single element ``tensors``."""
-        return _Tensors(_to_data(tensors))
+        return _Tensors(to_data(tensors, "from_tensors"))
 
     @staticmethod
     def range(*args, dtype=np.int64, name=None):
@@ -116,7 +92,8 @@ class Dataset:
         if not 1 <= len(args) <= 3:
             raise ValueError("range takes 1 to 3 positional arguments (stop | start, stop[, step]), "
                              f"got {len(args)}.")
-        bounds = [int(a) for a in args]
+        names = ("stop",) if len(args) == 1 else ("start", "stop", "step")
+        bounds = [count_int(name, a) for name, a in zip(names, args)]
         if len(bounds) == 3 and bounds[2] == 0:
             raise InvalidArgumentError("step must be a non-zero integer.")
         return _Range(range(*bounds), np.dtype(dtype))
@@ -128,11 +105,17 @@ class Dataset:
         each iteration). ``output_signature`` (TensorSpecs) fixes and checks the element type;
         without it the spec is taken from the first element."""
         if not callable(generator):
-            raise TypeError("`generator` must be a Python callable that returns an iterator.")
+            hint = (" Pass the generator function itself (gen), not a generator object (gen()): "
+                    "it is called again on each pass.") if isinstance(
+                        generator, collections.abc.Iterator) else ""
+            raise TypeError("`generator` must be a Python callable that returns an iterator, "
+                            f"got {short(generator)}.{hint}")
+        if output_signature is not None:
+            check_signature("output_signature", output_signature)
         if output_signature is None and output_types is not None:
             types = nest.flatten(output_types)
             shapes = [None] * len(types) if output_shapes is None else \
-                _flatten_up_to(output_types, output_shapes)
+                flatten_up_to(output_types, output_shapes)
             output_signature = nest.pack_sequence_as(
                 output_types, [TensorSpec(s, t) for t, s in zip(types, shapes)])
         args = tuple(np.asarray(a) for a in (args or ()))
@@ -143,8 +126,8 @@ class Dataset:
               name=None):
         """Stack consecutive elements into batches of ``batch_size`` (the last may be short
         unless ``drop_remainder``)."""
-        batch_size = _positive_int("batch_size", batch_size)
-        return _Batch(self, batch_size, bool(drop_remainder))
+        batch_size = positive_int("batch_size", batch_size)
+        return _Batch(self, batch_size, flag("drop_remainder", drop_remainder))
 
     def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=True, name=None):
         """Shuffle through a buffer of ``buffer_size`` elements (tf.data's algorithm).
@@ -155,19 +138,20 @@ class Dataset:
         """
         if buffer_size == AUTOTUNE:
             buffer_size = 1 << 62
-        buffer_size = _positive_int("buffer_size", buffer_size)
+        buffer_size = positive_int("buffer_size", buffer_size)
         if seed is not None:
-            seed = _seed_int(seed)
-        return _Shuffle(self, buffer_size, seed, bool(reshuffle_each_iteration))
+            seed = seed_int(seed)
+        return _Shuffle(self, buffer_size, seed,
+                        flag("reshuffle_each_iteration", reshuffle_each_iteration))
 
     def repeat(self, count=None, name=None):
         """Repeat the dataset ``count`` times (None or -1: forever)."""
-        count = -1 if count is None else _count_int("count", count)
+        count = -1 if count is None else count_or_all("count", count, "repeat forever")
         return _Repeat(self, count)
 
     def shard(self, num_shards, index, name=None):
         """Every ``num_shards``-th element, starting at ``index``."""
-        num_shards, index = int(num_shards), int(index)
+        num_shards, index = count_int("num_shards", num_shards), count_int("index", index)
         if num_shards <= 0:
             raise InvalidArgumentError(
                 f"Number of shards must be greater than zero (currently num_shards = {num_shards}).")
@@ -186,17 +170,17 @@ class Dataset:
 
     def take(self, count, name=None):
         """At most ``count`` elements (-1: all)."""
-        return _Take(self, _count_int("count", count))
+        return _Take(self, count_or_all("count", count, "take all"))
 
     def skip(self, count, name=None):
         """Everything after the first ``count`` elements (-1: skip all)."""
-        return _Skip(self, _count_int("count", count))
+        return _Skip(self, count_or_all("count", count, "skip all"))
 
     def prefetch(self, buffer_size, name=None):
         """Produce up to ``buffer_size`` elements ahead in a background thread (AUTOTUNE: 2)."""
         if buffer_size == AUTOTUNE:
             buffer_size = _AUTOTUNE_PREFETCH
-        buffer_size = _count_int("buffer_size", buffer_size)
+        buffer_size = count_int("buffer_size", buffer_size)
         if buffer_size < 0:
             raise InvalidArgumentError(f"buffer_size must be >= 0 or AUTOTUNE, got {buffer_size}.")
         return _Prefetch(self, buffer_size) if buffer_size else self
@@ -286,39 +270,6 @@ class Dataset:
             if isinstance(node, _Batch):
                 return node._batch_size
         return None
-
-
-def _flatten_up_to(structure, value):
-    """``value``'s parts at the leaves of ``structure`` (a shape tuple is one leaf there)."""
-    if not nest.is_nested(structure):
-        return [value]
-    if isinstance(structure, collections.abc.Mapping):
-        parts = [value[k] for k in sorted(structure)]
-        children = [structure[k] for k in sorted(structure)]
-    else:
-        if len(value) != len(structure):
-            raise ValueError(f"output_shapes {value!r} does not match output_types {structure!r}.")
-        parts, children = list(value), list(structure)
-    return [leaf for child, part in zip(children, parts) for leaf in _flatten_up_to(child, part)]
-
-
-def _positive_int(name, value):
-    value = _count_int(name, value)
-    if value <= 0:
-        raise InvalidArgumentError(f"{name} must be greater than zero, got {value}.")
-    return value
-
-
-def _count_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}.")
-    return int(value)
-
-
-def _seed_int(seed):
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int or None, got {seed!r}.")
-    return int(seed)
 
 
 def _apply_source_shard(ctx, indices):
@@ -433,7 +384,7 @@ class _Generator(Dataset):
             num, index = ctx.source_shard
             it = itertools.islice(it, index, None, num)
         for count, element in enumerate(it):
-            element = _to_data(element)
+            element = to_data(element, f"`generator` element {count}")
             if self._signature is not None:
                 element = _conform(element, self._signature, count)
             yield element
@@ -624,15 +575,41 @@ class _Map(Dataset):
         super().__init__((input_dataset,))
         self._fn = fn
 
-    def _call(self, element):
-        out = self._fn(*element) if type(element) is tuple else self._fn(element)
+    def _call(self, element, index=0):
+        args = element if type(element) is tuple else (element,)
+        try:
+            out = self._fn(*args)
+        except TypeError:
+            self._check_arity(args)
+            raise
+        if out is None:
+            raise TypeError(
+                f"map_func {getattr(self._fn, '__qualname__', self._fn)} returned None for "
+                f"element {index}: it must return the transformed element (an array, or a "
+                "tuple / dict of arrays). Is a `return` missing?")
         if isinstance(out, list):
             out = tuple(out)  # tf.data reads a returned list as a tuple (nested lists are data)
-        return _to_data(out)
+        return to_data(out, f"map_func's result for element {index}")
+
+    def _check_arity(self, args):
+        """After map_func raised TypeError: if it cannot take the element's components as
+        arguments at all, say so (tuple elements are passed as positional arguments)."""
+        try:
+            inspect.signature(self._fn).bind(*args)
+        except ValueError:
+            return  # no signature to check (a builtin)
+        except TypeError:
+            name = getattr(self._fn, "__qualname__", repr(self._fn))
+            shape = (f"a tuple of {len(args)} components, passed as {len(args)} positional "
+                     "arguments" if len(args) != 1 else "one value, passed as one argument")
+            raise TypeError(
+                f"map_func {name}{inspect.signature(self._fn)} cannot take the dataset's "
+                f"elements: each element is {shape}. Give map_func one parameter per "
+                "component (e.g. lambda x, y: ...).") from None
 
     def _iterate(self, ctx):
-        for element in self._inputs[0]._iterate(ctx):
-            yield self._call(element)
+        for index, element in enumerate(self._inputs[0]._iterate(ctx)):
+            yield self._call(element, index)
 
     def _compute_spec(self):
         """map_func's output spec, found much as tf.data finds it, by tracing: map_func runs

@@ -8,19 +8,21 @@
 End of data is agreed across workers: before each step every worker says whether it still has
 input (one tiny MAX all-reduce), so a worker that runs out early hands its replicas empty
 batches while the others finish, and every worker stops at the same step. No rank ever waits in
-a collective that another rank will not reach. The one case that needs no agreement is skipped:
-DATA sharding of an in-memory source, where every worker reads the same batches.
+a collective that another rank will not reach. The agreement is skipped only where every worker
+proved, when the distributed dataset was made, the same number of steps (``agreement``): DATA
+sharding of in-memory sources, or lists, of the same length everywhere.
 """
 
 import dataclasses
 import itertools
-import os
 
 import numpy as np
 
 from mpidist.backend.transfer import Uploader
 from mpidist.core import nest, state
+from mpidist.core.user_calls import user_call
 from mpidist.data import rebatch
+from mpidist.data.agreement import agree
 from mpidist.data.dataset import (
     INFINITE_CARDINALITY,
     UNKNOWN_CARDINALITY,
@@ -28,11 +30,13 @@ from mpidist.data.dataset import (
     _background,
     _IterContext,
 )
+from mpidist.data.inputs import check_dataset_fn, check_input, describe, is_one_shot
 from mpidist.data.options import (
     AutoShardPolicy,
     InputContext,
     InputOptions,
     InputReplicationMode,
+    Options,
 )
 from mpidist.data.spec import PerReplicaSpec, TensorSpec, empty_like_spec
 from mpidist.errors import InvalidArgumentError, OutOfRangeError
@@ -71,22 +75,27 @@ def _check_options(options):
     if options is None:
         return InputOptions()
     if not isinstance(options, InputOptions):
+        hint = ""
+        if isinstance(options, Options):
+            hint = (" mpidist.data.Options (such as the auto-shard policy) belong to the dataset: "
+                    "set them with dataset.with_options(options).")
         raise TypeError(
-            f"options must be an mpidist.InputOptions, got {type(options).__name__}.")
+            f"options must be an mpidist.InputOptions, got {describe(options)}.{hint}")
     return options
 
 
-def _agreed_seed(workers):
-    """A seed every worker shares (the chief's), for shuffles the user left unseeded."""
-    seed = np.frombuffer(os.urandom(8), dtype=np.uint64).copy() >> np.uint64(1)
-    if workers.multi_worker:
-        workers.comm.broadcast(seed, root=0, timeout=workers.timeout_seconds)
-    return int(seed[0])
+def _check_not_distributed(value, api):
+    if isinstance(value, DistributedDataset):
+        raise TypeError(
+            f"{api} was given a DistributedDataset, which is already distributed over the "
+            "replicas: iterate it directly, or pass the mpidist.data.Dataset it was made from.")
 
 
 def distribute_dataset(dataset, workers, options=None):
     """``experimental_distribute_dataset``: split each global batch over all replicas."""
+    api = "experimental_distribute_dataset"
     options = _check_options(options)
+    _check_not_distributed(dataset, api)
     if options.experimental_replication_mode is InputReplicationMode.PER_REPLICA:
         raise NotImplementedError(
             "InputReplicationMode.PER_REPLICA is only supported in "
@@ -100,6 +109,7 @@ def distribute_dataset(dataset, workers, options=None):
             "every rank the same devices.")
     if isinstance(dataset, Dataset):
         spec = dataset.element_spec
+        _check_components(spec, api)
         for leaf in nest.flatten(spec):
             if leaf.shape == ():
                 raise ValueError(
@@ -111,7 +121,7 @@ def distribute_dataset(dataset, workers, options=None):
         if static_batch is None:
             static_batch = nest.flatten(spec)[0].batch_dim
     else:
-        _check_iterable(dataset)
+        check_input(dataset, api)
         spec, policy, static_batch = None, AutoShardPolicy.AUTO, None
     balanced = policy in (AutoShardPolicy.OFF, AutoShardPolicy.FILE, AutoShardPolicy.HINT)
     source_shard = None
@@ -124,10 +134,22 @@ def distribute_dataset(dataset, workers, options=None):
                 f"which is not enough for the required {workers.num_workers} shards/workers. "
                 "(mpidist shards the source dataset's elements as files.) Use "
                 "AutoShardPolicy.DATA or OFF, or give the source at least one element per worker.")
-    seed = _agreed_seed(workers)
+    cardinality = _cardinality(dataset)
+    # With the legacy split every worker reads its batches in the same order; their number is
+    # known in advance for an in-memory source or a list. Where every worker claims the same
+    # number, the per-step end-of-data agreement can be skipped (checked in ``agree``).
+    steps, rows = None, None
+    if not balanced and isinstance(dataset, Dataset):
+        rows = dataset._source()._source_count()
+        steps = cardinality if rows is not None and cardinality != UNKNOWN_CARDINALITY else None
+    elif not balanced and isinstance(dataset, list):
+        steps = rows = len(dataset)
+    agreed = agree(workers, api, steps, rows, auto_shard_policy=policy.name)
+    passes = _Passes(dataset, api)
 
     def local_steps(iteration):
-        batches = _iterate(dataset, _IterContext(iteration, seed, source_shard))
+        passes.start()
+        batches = _iterate(dataset, _IterContext(iteration, agreed.seed, source_shard))
         if balanced:
             return rebatch.balanced_steps(batches, workers, static_batch)
         return rebatch.legacy_steps(batches, workers)
@@ -139,26 +161,26 @@ def distribute_dataset(dataset, workers, options=None):
                 and static_batch % n == 0:
             sub = static_batch // n
         replica_spec = nest.map_structure(lambda s: s.with_batch_size(sub), spec)
-    cardinality = _cardinality(dataset)
     if balanced and workers.num_workers > 1 and cardinality >= 0:
         cardinality = UNKNOWN_CARDINALITY
+    if workers.multi_worker and not agreed.same_steps and cardinality >= 0:
+        # The longest worker's pipeline decides: known where every worker proved its length.
+        cardinality = UNKNOWN_CARDINALITY if agreed.steps is None else agreed.steps
     log.info("distributing a dataset: auto-shard policy %s, %s split over %d replica(s) of "
-             "%d worker(s)%s", policy.name, "balanced" if balanced else "ceil",
-             n, workers.num_workers, f", FILE shard {source_shard}" if source_shard else "")
-    # With the legacy split every worker reads the same batches; from an in-memory source
-    # their number is the same on every worker, so the per-step agreement can be skipped.
-    same_steps = (not balanced and isinstance(dataset, Dataset)
-                  and dataset._source()._source_count() is not None)
+             "%d worker(s)%s; end-of-data agreement %s", policy.name,
+             "balanced" if balanced else "ceil", n, workers.num_workers,
+             f", FILE shard {source_shard}" if source_shard else "",
+             "per step" if workers.multi_worker and not agreed.same_steps else "not needed")
     return DistributedDataset(local_steps, workers, options, [replica_spec] * workers.replicas_per_worker,
-                              cardinality, agree_end=workers.multi_worker and not same_steps)
+                              cardinality, agree_end=workers.multi_worker and not agreed.same_steps)
 
 
 def distribute_from_function(dataset_fn, workers, options=None):
     """``distribute_datasets_from_function``: ``dataset_fn(InputContext)`` builds each input
     pipeline, already batched per replica; nothing is rebatched or sharded."""
+    api = "distribute_datasets_from_function"
     options = _check_options(options)
-    if not callable(dataset_fn):
-        raise TypeError(f"dataset_fn must be callable, got {dataset_fn!r}.")
+    check_dataset_fn(dataset_fn)
     n, r = workers.num_replicas_in_sync, workers.replicas_per_worker
     per_replica = options.experimental_replication_mode is InputReplicationMode.PER_REPLICA
     if per_replica and not workers.per_replica_allowed:
@@ -170,13 +192,18 @@ def distribute_from_function(dataset_fn, workers, options=None):
     else:
         pipelines = [dataset_fn(InputContext(workers.num_workers, workers.worker_index, n))]
     for p in pipelines:
+        _check_not_distributed(p, api)
         if isinstance(p, Dataset):
-            continue
-        _check_iterable(p)
-    seed = _agreed_seed(workers)
+            _check_components(p.element_spec, api)
+        else:
+            check_input(p, api, per_replica=True)
+    agreed = agree(workers, api)
+    passes = [_Passes(p, api) for p in pipelines]
 
     def local_steps(iteration):
-        streams = [_iterate(p, _IterContext(iteration, seed)) for p in pipelines]
+        for p in passes:
+            p.start()
+        streams = [_iterate(p, _IterContext(iteration, agreed.seed)) for p in pipelines]
         if per_replica:
             return rebatch.per_replica_steps(streams)
         return rebatch.per_worker_steps(streams[0], r)
@@ -197,13 +224,32 @@ def distribute_from_function(dataset_fn, workers, options=None):
                               agree_end=workers.multi_worker)
 
 
-def _check_iterable(obj):
-    try:
-        iter(obj)
-    except TypeError:
-        raise TypeError(
-            f"Expected an mpidist.data.Dataset or an iterable of batches, got "
-            f"{type(obj).__name__}.") from None
+class _Passes:
+    """Counts the passes over a one-shot input (a generator, an iterator): a second pass would
+    silently continue where the first stopped, or give nothing, so it is an error."""
+
+    def __init__(self, source, api):
+        self._one_shot, self._api, self._started = is_one_shot(source), api, False
+
+    def start(self):
+        if self._one_shot and self._started:
+            raise RuntimeError(
+                f"The input given to {self._api} is a one-shot iterator (a generator object, "
+                "say), already iterated once: another pass would start where the last one "
+                "stopped. Pass a list of batches, or mpidist.data.Dataset.from_generator(gen) "
+                "(which calls gen() again on each pass).")
+        self._started = True
+
+
+def _is_scalar(leaf):
+    return leaf.shape == () if isinstance(leaf, TensorSpec) else np.ndim(leaf) == 0
+
+
+def _check_components(spec, api):
+    if not nest.flatten(spec):
+        raise ValueError(
+            f"{api}: the dataset's elements have no components (element_spec {spec!r}), so "
+            "there is no batch to hand to the replicas. Give each element at least one array.")
 
 
 def _iterate(source, ctx):
@@ -333,7 +379,9 @@ class DistributedIterator:
         parts, has_data = next(self._steps)
         if self._dataset._agree_end:
             flag = np.array([1 if has_data else 0], dtype=np.int32)
-            self._workers.comm.all_reduce(flag, "max", timeout=self._workers.timeout_seconds)
+            # One label for next(), get_next() and get_next_as_optional(): ranks may mix them.
+            with user_call("DistributedIterator.get_next"):
+                self._workers.comm.all_reduce(flag, "max", timeout=self._workers.timeout_seconds)
             has_data = bool(flag[0])
         if not has_data:
             self._done = True
@@ -366,6 +414,11 @@ class DistributedIterator:
                 f"Local replica {index} has no batch this step and its input never produced one, "
                 "so the shape of an empty batch is unknown. Give an mpidist.data.Dataset (its "
                 "element_spec tells the shape) instead of a plain iterable.")
+        if any(_is_scalar(leaf) for leaf in template):
+            raise ValueError(
+                f"Local replica {index} has no element this step, and the elements are scalars, "
+                "which have no empty batch to stand in. Batch the dataset per replica: "
+                "dataset.batch(input_context.get_per_replica_batch_size(GLOBAL_BATCH)).")
         if isinstance(template[0], TensorSpec):
             return nest.flatten(empty_like_spec(template))
         return [leaf[0:0] for leaf in template]

@@ -3,6 +3,7 @@
 
 import collections
 import enum
+import numbers
 
 from mpidist.core.sharding import per_replica_batch_size
 
@@ -44,6 +45,11 @@ class DistributeOptions:
         self._auto_shard_policy = None
         self.num_devices = None
 
+    def __setattr__(self, name, value):
+        if name not in ("_auto_shard_policy", "num_devices", "auto_shard_policy"):
+            raise _unknown_option(self, name, ("auto_shard_policy", "num_devices"))
+        object.__setattr__(self, name, value)
+
     @property
     def auto_shard_policy(self):
         return AutoShardPolicy.AUTO if self._auto_shard_policy is None else self._auto_shard_policy
@@ -57,12 +63,36 @@ class DistributeOptions:
         self._auto_shard_policy = policy
 
 
+def _unknown_option(options, name, known):
+    # AttributeError, as tf.data raises for an option it does not have; a misspelt option that
+    # was silently stored would leave the setting the user meant at its default.
+    where = ""
+    if name == "auto_shard_policy" and isinstance(options, Options):
+        where = " It lives in options.experimental_distribute.auto_shard_policy."
+    return AttributeError(
+        f"Cannot set the option {name!r} on {type(options).__name__}: it has only "
+        f"{', '.join(known)}.{where}")
+
+
 class Options:
     """``tf.data.Options``: settings that apply to a whole dataset (``dataset.with_options``)."""
+
+    __slots__ = ("experimental_distribute", "deterministic")
 
     def __init__(self):
         self.experimental_distribute = DistributeOptions()
         self.deterministic = None
+
+    def __setattr__(self, name, value):
+        if name not in Options.__slots__:
+            raise _unknown_option(self, name, Options.__slots__)
+        if name == "experimental_distribute" and not isinstance(value, DistributeOptions):
+            raise TypeError(
+                f"experimental_distribute must be a DistributeOptions, got {value!r}; set its "
+                "fields instead (options.experimental_distribute.auto_shard_policy = ...).")
+        if name == "deterministic" and value is not None and not isinstance(value, bool):
+            raise TypeError(f"deterministic must be True, False or None, got {value!r}.")
+        object.__setattr__(self, name, value)
 
     def merge(self, other):
         """These options with every field that ``other`` sets taking precedence."""
@@ -127,6 +157,12 @@ class InputOptions(_InputOptionsBase):
                 experimental_per_replica_buffer_size=1):
         if experimental_fetch_to_device is None:
             experimental_fetch_to_device = True
+        for name, flag in (("experimental_fetch_to_device", experimental_fetch_to_device),
+                           ("experimental_place_dataset_on_device",
+                            experimental_place_dataset_on_device)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {flag!r} of type "
+                                f"{type(flag).__name__}.")
         try:
             experimental_replication_mode = InputReplicationMode(experimental_replication_mode)
         except ValueError:
@@ -165,6 +201,15 @@ class InputContext:
     __slots__ = ("_num_input_pipelines", "_input_pipeline_id", "_num_replicas_in_sync")
 
     def __init__(self, num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1):
+        for name, value, least in (("num_input_pipelines", num_input_pipelines, 1),
+                                   ("input_pipeline_id", input_pipeline_id, 0),
+                                   ("num_replicas_in_sync", num_replicas_in_sync, 1)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+                raise ValueError(f"InputContext's {name} must be an int >= {least}, got {value!r}.")
+        if input_pipeline_id >= num_input_pipelines:
+            raise ValueError(
+                f"InputContext's input_pipeline_id must be below num_input_pipelines "
+                f"({num_input_pipelines}), got {input_pipeline_id}.")
         self._num_input_pipelines = num_input_pipelines
         self._input_pipeline_id = input_pipeline_id
         self._num_replicas_in_sync = num_replicas_in_sync
@@ -183,7 +228,13 @@ class InputContext:
 
     def get_per_replica_batch_size(self, global_batch_size):
         """``global_batch_size // num_replicas_in_sync``; ValueError if it does not divide."""
-        return per_replica_batch_size(global_batch_size, self._num_replicas_in_sync)
+        if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, numbers.Integral):
+            raise TypeError(
+                f"global_batch_size must be an int, got {global_batch_size!r} of type "
+                f"{type(global_batch_size).__name__}.")
+        if global_batch_size <= 0:
+            raise ValueError(f"global_batch_size must be greater than zero, got {global_batch_size}.")
+        return per_replica_batch_size(int(global_batch_size), self._num_replicas_in_sync)
 
     def __str__(self):
         return (f"mpidist.InputContext(input pipeline id {self._input_pipeline_id}, "

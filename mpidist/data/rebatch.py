@@ -24,6 +24,10 @@ __all__ = ["legacy_steps", "balanced_steps", "per_worker_steps", "per_replica_st
 
 def leading_dim(flat, num_replicas):
     """The batch size of one element (its leaves' flattened list): the common first dimension."""
+    if not flat:
+        raise ValueError(
+            "An input element has no components (an empty tuple or dict), so there is no batch "
+            f"to split across {num_replicas} replicas. Give each element at least one array.")
     size = None
     for leaf in flat:
         if np.ndim(leaf) == 0:

@@ -13,7 +13,7 @@ import numpy as np
 from mpidist.backend import as_array
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
 from mpidist.kernels.layout import group_by_size
-from mpidist.ops.cross_device_ops import as_per_replica, normalize_pairs
+from mpidist.ops.cross_device_ops import as_per_replica, check_reducible, normalize_pairs
 from mpidist.ops.destinations import resolve_devices, simple_broadcast, validate_destinations
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
 from mpidist.types import ReduceOp, as_reduce_op
@@ -49,14 +49,16 @@ class CollectiveAllReduce(ReductionToOneDevice):
     # shortcuts of the base class would skip the other workers.
     def reduce(self, reduce_op, per_replica_value, destinations, options=None):
         reduce_op = as_reduce_op(reduce_op)
+        check_reducible("CrossDeviceOps.reduce", reduce_op, per_replica_value)
         validate_destinations(destinations)
         return self.reduce_implementation(reduce_op, as_per_replica(per_replica_value),
                                           destinations, options)
 
     def batch_reduce(self, reduce_op, value_destination_pairs, options=None):
         reduce_op = as_reduce_op(reduce_op)
-        return self.batch_reduce_implementation(reduce_op, normalize_pairs(value_destination_pairs),
-                                                options)
+        pairs = normalize_pairs(value_destination_pairs)
+        check_reducible("CrossDeviceOps.batch_reduce", reduce_op, [v for v, _ in pairs])
+        return self.batch_reduce_implementation(reduce_op, pairs, options)
 
     def reduce_implementation(self, reduce_op, per_replica_value, destinations, options):
         value = as_per_replica(per_replica_value)

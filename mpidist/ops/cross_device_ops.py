@@ -13,7 +13,50 @@ from mpidist.types import ReduceOp, as_reduce_op
 from mpidist.values.containers import DistributedValues, PerReplica
 
 __all__ = ["CrossDeviceOps", "reduce_non_distributed_value", "as_per_replica",
-           "check_same_shapes", "check_value_destination_pair", "normalize_pairs"]
+           "check_same_shapes", "check_value_destination_pair", "normalize_pairs",
+           "check_reducible", "check_pairs_iterable"]
+
+# Dtype kinds SUM and MEAN are defined for: signed/unsigned integers, floats, complex.
+# Booleans are refused: a fused sum of bools is a logical OR in some paths and a count in
+# others, so either answer would surprise someone; strings and objects have no sum at all.
+_REDUCIBLE_KINDS = frozenset("iufc")
+
+
+def _leaf_dtype(x):
+    dtype = getattr(x, "dtype", None)
+    if isinstance(dtype, np.dtype):
+        return dtype
+    if isinstance(x, (bool, np.bool_)):
+        return np.dtype(bool)
+    if isinstance(x, (int, float, complex)):
+        return None  # Python numbers are fine; skip building an array for them
+    return np.asarray(x, dtype=object if x is None else None).dtype
+
+
+def check_reducible(method, reduce_op, value):
+    """Raise TypeError unless every component of ``value`` has a numeric dtype.
+
+    ``value`` is a distributed value, a variable, an array, a number, or a list of those (the
+    leaves of a batch). Runs before any communication, so a bad value never half-reduces.
+    """
+    leaves = value if type(value) is list else (value,)
+    for leaf in leaves:
+        parts = leaf.values if isinstance(leaf, DistributedValues) else (leaf,)
+        for part in parts:
+            dtype = _leaf_dtype(part)
+            if dtype is not None and dtype.kind not in _REDUCIBLE_KINDS:
+                what = "None" if part is None else f"a value of dtype {dtype}"
+                raise TypeError(
+                    f"{method} cannot reduce {what} with {reduce_op}: only numbers (integer, "
+                    "floating or complex dtypes) can be summed or averaged. Got "
+                    f"{_short_repr(part)}. Cast it first, e.g. x.astype(np.int32) to count "
+                    "booleans, or reduce a numeric encoding of it."
+                )
+
+
+def _short_repr(x):
+    text = " ".join(repr(x).split())  # one line, so messages stay greppable
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def as_per_replica(value):
@@ -68,6 +111,7 @@ class CrossDeviceOps:
             An array when ``destinations`` is one device, else a Mirrored with one copy per device.
         """
         reduce_op = as_reduce_op(reduce_op)
+        check_reducible("CrossDeviceOps.reduce", reduce_op, per_replica_value)
         validate_destinations(destinations)
         value = as_per_replica(per_replica_value)
         if len(value.values) == 1:
@@ -81,6 +125,7 @@ class CrossDeviceOps:
         """Reduce each ``(value, destinations)`` pair; returns one result per pair, in order."""
         reduce_op = as_reduce_op(reduce_op)
         pairs = normalize_pairs(value_destination_pairs)
+        check_reducible("CrossDeviceOps.batch_reduce", reduce_op, [v for v, _ in pairs])
         if all(len(v.values) == 1 and resolve_devices(v) == resolve_devices(d) for v, d in pairs):
             return [simple_broadcast(v.values[0], d) for v, d in pairs]
         return self.batch_reduce_implementation(reduce_op, pairs, options)
@@ -143,10 +188,21 @@ def check_value_destination_pair(pair):
         )
 
 
+def check_pairs_iterable(value_destination_pairs):
+    """Raise TypeError unless ``value_destination_pairs`` is a list or tuple of pairs."""
+    if not isinstance(value_destination_pairs, (list, tuple)):
+        raise TypeError(
+            "value_destination_pairs must be a list of (value, destinations) tuples, got "
+            f"{type(value_destination_pairs).__name__} {_short_repr(value_destination_pairs)}; "
+            "e.g. [(per_replica, '/cpu:0')]."
+        )
+
+
 def normalize_pairs(value_destination_pairs):
     """Checked pairs with each value as a PerReplica."""
     pairs = []
     checked = set()  # ids of destinations already validated: a batch repeats one object
+    check_pairs_iterable(value_destination_pairs)
     for pair in value_destination_pairs:
         if type(pair) is not tuple or len(pair) != 2:
             check_value_destination_pair(pair)  # raises the error that says what is wrong

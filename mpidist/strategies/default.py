@@ -2,6 +2,7 @@
 no distribution)."""
 
 from mpidist.core import state
+from mpidist.data.inputs import check_input
 from mpidist.data.options import InputContext
 from mpidist.strategies.context import has_strategy
 from mpidist.strategies.replica_context import DefaultReplicaContext, ReplicaContext
@@ -82,6 +83,7 @@ class _DefaultExtended(SingleReplicaExtended):
         return type.__call__(Variable, *args, **kwargs)
 
     def _experimental_distribute_dataset(self, dataset, options):
+        check_input(dataset, "experimental_distribute_dataset")  # a bare array is misread here too
         return dataset  # one replica, no device to fetch to: the dataset as it is
 
     def _distribute_datasets_from_function(self, dataset_fn, options):

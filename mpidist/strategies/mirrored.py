@@ -46,6 +46,11 @@ def select_cross_device_ops(devices):
 def _check_devices(devices):
     if isinstance(devices, str):
         devices = [devices]
+    if not isinstance(devices, (list, tuple)):
+        raise TypeError(
+            f"MirroredStrategy devices must be a list of device strings such as "
+            f"['/cpu:0', '/cpu:1'], got {type(devices).__name__} {devices!r}."
+        )
     devices = list(devices)
     if not devices:
         raise ValueError("MirroredStrategy needs at least one device, e.g. devices=['/cpu:0'].")
@@ -131,6 +136,8 @@ class _MirroredExtended(StrategyExtended):
 
     # -- reductions -----------------------------------------------------------------------
     def _reduce_to(self, reduce_op, value, destinations, options):
+        if isinstance(value, DistributedValues) and len(value.values) != len(self._device_specs):
+            self._check_distributed_args((value,), {})  # raises: one component per replica
         if isinstance(value, SyncOnReadVariable):
             value = PerReplica([c._value for c in value.values], value.devices)
         if isinstance(value, (Mirrored, MirroredVariable)):
@@ -147,7 +154,10 @@ class _MirroredExtended(StrategyExtended):
 
     def _batch_reduce_to(self, reduce_op, pairs, options):
         converted = []
+        n = len(self._device_specs)
         for v, d in pairs:
+            if isinstance(v, DistributedValues) and len(v.values) != n:
+                self._check_distributed_args((v,), {})  # raises: one component per replica
             if type(v) is not PerReplica:  # the common case first: one cheap check per value
                 if not isinstance(v, DistributedValues) or isinstance(v, (Mirrored, MirroredVariable)):
                     return [self._reduce_to(reduce_op, v, d, options) for v, d in pairs]
@@ -168,7 +178,9 @@ class _MirroredExtended(StrategyExtended):
         return self._cross_device_ops._gather(value, device, axis)
 
     def _all_reduce_leaves(self, reduce_op, per_leaf, options):
-        return self.batch_reduce_to(reduce_op, [(v, v) for v in per_leaf], options)
+        # ReplicaContext.all_reduce has checked the values, and each is its own destination:
+        # skip batch_reduce_to's public checks (and its label: the user called all_reduce).
+        return self._batch_reduce_to(reduce_op, [(v, v) for v in per_leaf], options)
 
     def _all_gather_leaves(self, per_leaf, axis, options):
         return [self._cross_device_ops._gather(v, v, axis, options) for v in per_leaf]

@@ -21,6 +21,7 @@ from mpidist.config import get_config
 from mpidist.comm.nccl import RankNcclGroup, nccl_module
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
 from mpidist.core.devices import DeviceSpec, parse_device
+from mpidist.core.user_calls import user_call
 from mpidist.data.distributed import InputWorkers
 from mpidist.logs import get_logger
 from mpidist.ops.collective_all_reduce import CollectiveAllReduce
@@ -63,7 +64,9 @@ class MultiWorkerMirroredStrategy(Strategy):
             raise ValueError(
                 "cluster_resolver must be an instance of mpidist.cluster_resolver.ClusterResolver"
             )
-        super().__init__(_MultiWorkerExtended(self, cluster_resolver, communication_options))
+        with user_call("MultiWorkerMirroredStrategy()"):  # collective: every rank creates it
+            extended = _MultiWorkerExtended(self, cluster_resolver, communication_options)
+        super().__init__(extended)
         self._init_args = (cluster_resolver, communication_options)
 
     def __deepcopy__(self, memo):
@@ -198,7 +201,8 @@ class _MultiWorkerExtended(_MirroredExtended):
 
     def _initial_value_for_workers(self, initial):
         """Every worker starts from the chief's value, whatever its own initializer drew."""
-        return self._from_chief(initial)
+        with user_call("Variable creation"):  # collective: every rank creates each variable
+            return self._from_chief(initial)
 
     def _from_chief(self, value):
         """A copy of the chief's ``value`` on every worker (``value`` itself with one worker)."""

@@ -1,6 +1,6 @@
 """OneDeviceStrategy: one replica on one named device."""
 
-from mpidist.backend import device_context
+from mpidist.backend import device_context, num_gpus
 from mpidist.core import state
 from mpidist.core.devices import parse_device
 from mpidist.strategies.replica_context import ReplicaContext
@@ -20,6 +20,11 @@ class OneDeviceStrategy(Strategy):
 
     def __init__(self, device):
         spec = parse_device(device)
+        if spec.is_gpu and spec.device_index >= num_gpus():
+            raise ValueError(
+                f"OneDeviceStrategy got {device!r} but this process sees {num_gpus()} GPU(s); "
+                "check CUDA_VISIBLE_DEVICES or pass an existing device such as '/cpu:0'."
+            )
         super().__init__(_OneDeviceExtended(self, spec))
         self._device_arg = device
 

@@ -4,9 +4,11 @@ import numpy as np
 
 from mpidist.backend import as_array
 from mpidist.core import nest, state
+from mpidist.core.user_calls import user_call
+from mpidist.ops.cross_device_ops import check_reducible
 from mpidist.strategies.context import require_replica_context
 from mpidist.types import as_reduce_op
-from mpidist.values.containers import PerReplica
+from mpidist.values.containers import DistributedValues, PerReplica
 from mpidist.values.regroup import contains_distributed, select_replica
 
 __all__ = ["ReplicaContext"]
@@ -89,7 +91,19 @@ class ReplicaContext:
         replaced by that replica's component.
         """
         require_replica_context(self)
+        if not callable(merge_fn):
+            raise TypeError(
+                f"merge_call: `merge_fn` must be a callable taking (strategy, *args, **kwargs), "
+                f"got {type(merge_fn).__name__} {merge_fn!r}."
+            )
+        if not isinstance(args, (list, tuple)):
+            raise ValueError(
+                f"merge_call: positional args must be a list or tuple, got {type(args)}; "
+                "e.g. args=(value,)."
+            )
         kwargs = {} if kwargs is None else kwargs
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"merge_call: kwargs must be a dict, got {type(kwargs)}.")
         if self._coordinator is not None:
             return self._coordinator.merge_call(self._local_replica_id, merge_fn, args, kwargs)
         return self._merge_call_here(merge_fn, args, kwargs)
@@ -113,12 +127,24 @@ class ReplicaContext:
         """Reduce ``value`` (a nest of arrays) across all replicas; every replica gets the result.
 
         Integer MEAN gives float64, as true division does.
+
+        Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
+        and with the same arguments (docs/multi_worker.md, "Collective calls").
         """
         reduce_op = as_reduce_op(reduce_op)
         require_replica_context(self)
+        leaves = nest.flatten(value)
+        check_reducible("ReplicaContext.all_reduce", reduce_op, leaves)
         if self._is_single_replica():
             return value
-        flat = [as_array(v) for v in nest.flatten(value)]
+        if any(isinstance(v, DistributedValues) and not getattr(v, "_is_distributed_variable", False)
+               for v in leaves):
+            raise TypeError(
+                "ReplicaContext.all_reduce takes this replica's own values (arrays or numbers), "
+                "not a distributed value: inside strategy.run each replica already holds its "
+                "component; reduce a PerReplica with strategy.reduce outside run."
+            )
+        flat = [as_array(v) for v in leaves]
         if not flat:
             return value
 
@@ -126,12 +152,17 @@ class ReplicaContext:
             per_leaf = _per_leaf(boxes, strategy.extended._device_specs)
             return strategy.extended._all_reduce_leaves(reduce_op, per_leaf, options)
 
-        reduced = self.merge_call(merge_fn, args=(_Contribution(flat),))
+        with user_call("ReplicaContext.all_reduce", reduce_op=reduce_op.value,
+                       num_values=len(flat)):
+            reduced = self.merge_call(merge_fn, args=(_Contribution(flat),))
         return nest.pack_sequence_as(value, reduced)
 
     def all_gather(self, value, axis, options=None):
         """Concatenate ``value`` (a nest of arrays) from all replicas along ``axis``, in replica
-        order; sizes along ``axis`` may differ. Every replica gets the full result."""
+        order; sizes along ``axis`` may differ. Every replica gets the full result.
+        Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
+        and with the same arguments (docs/multi_worker.md, "Collective calls").
+        """
         require_replica_context(self)
         flat = [as_array(v) for v in nest.flatten(value)]
         for a in flat:
@@ -147,7 +178,8 @@ class ReplicaContext:
             per_leaf = _per_leaf(boxes, strategy.extended._device_specs)
             return strategy.extended._all_gather_leaves(per_leaf, axis, options)
 
-        gathered = self.merge_call(merge_fn, args=(_Contribution(flat),))
+        with user_call("ReplicaContext.all_gather", axis=axis, num_values=len(flat)):
+            gathered = self.merge_call(merge_fn, args=(_Contribution(flat),))
         return nest.pack_sequence_as(value, gathered)
 
 

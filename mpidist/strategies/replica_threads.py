@@ -134,7 +134,7 @@ class ReplicaRunner:
         with run.cond:
             if run.abandoned:
                 raise _Unwind()
-            run.requests[replica_index] = (merge_fn, args, kwargs)
+            run.requests[replica_index] = (merge_fn, args, kwargs, user_calls.current_calls())
             run.status[replica_index] = _PARKED
             run.cond.notify_all()
             run.cond.wait_for(lambda: run.status[replica_index] != _PARKED)
@@ -189,7 +189,9 @@ class ReplicaRunner:
         mode = state.Mode(strategy, cross_replica=strategy.extended)
         state.push_mode(mode)
         try:
-            return merge_fn(strategy, *args, **kwargs)
+            # The merge's collectives carry the replicas' labels (ReplicaContext.all_reduce...).
+            with user_calls.adopt(requests[0][3]):
+                return merge_fn(strategy, *args, **kwargs)
         finally:
             state.pop_mode(mode)
 

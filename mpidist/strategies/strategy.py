@@ -14,8 +14,14 @@ import numpy as np
 from mpidist.backend import as_array
 from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec
+from mpidist.core.user_calls import user_call
 from mpidist.data.distributed import InputWorkers, distribute_dataset, distribute_from_function
-from mpidist.ops.cross_device_ops import check_value_destination_pair
+from mpidist.ops.cross_device_ops import (
+    check_pairs_iterable,
+    check_reducible,
+    check_value_destination_pair,
+)
+from mpidist.ops.destinations import validate_destinations
 from mpidist.strategies.context import (
     get_replica_context,
     has_strategy,
@@ -99,6 +105,30 @@ def _reduce_op_argument(method, reduce_op):
     return as_reduce_op(reduce_op)
 
 
+def _check_callable(method, name, fn):
+    if not callable(fn):
+        raise TypeError(
+            f"{method}: `{name}` must be a callable (a function to run), got "
+            f"{type(fn).__name__} {fn!r}; pass the function itself, not its result."
+        )
+
+
+def _check_run_arguments(method, args, kwargs, check_args=True):
+    if check_args and not isinstance(args, (list, tuple)):
+        raise ValueError(f"positional args must be a list or tuple, got {type(args)}")
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"kwargs must be a dict, got {type(kwargs)}: {method} passes it as **kwargs.")
+    for key in kwargs:
+        if not isinstance(key, str):
+            raise TypeError(
+                f"{method}: kwargs keys must be argument names (strings), got {key!r}; pass "
+                "positional values in `args` instead."
+            )
+    return kwargs
+
+
 def _check_single_destination(destinations):
     if isinstance(destinations, (list, tuple)):
         raise AssertionError(
@@ -144,11 +174,8 @@ class Strategy:
         replica's component. Results that are the identical object on every replica come back
         unwrapped; others come back as PerReplica values.
         """
-        if not isinstance(args, (list, tuple)):
-            raise ValueError(f"positional args must be a list or tuple, got {type(args)}")
-        kwargs = {} if kwargs is None else kwargs
-        if not isinstance(kwargs, dict):
-            raise ValueError(f"kwargs must be a dict, got {type(kwargs)}")
+        _check_callable("Strategy.run", "fn", fn)
+        kwargs = _check_run_arguments("Strategy.run", args, kwargs)
         with self.scope():
             return self._extended._call_for_each_replica(fn, tuple(args), kwargs)
 
@@ -161,12 +188,20 @@ class Strategy:
             axis: None (element-wise across replicas), an int or a tuple of ints: these
                 dimensions are reduced too. MEAN then divides by the true global element count,
                 so unequal per-replica batches are averaged correctly.
+
+        Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
+        and with the same arguments (docs/multi_worker.md, "Collective calls").
         """
         require_cross_replica_or_default(self._extended)
         reduce_op = as_reduce_op(reduce_op)
-        if axis is None:
-            return self._extended._reduce(reduce_op, value)
-        axes = _normalize_axis(axis)
+        axes = None if axis is None else _normalize_axis(axis)
+        check_reducible("Strategy.reduce", reduce_op, value)
+        with user_call("Strategy.reduce", reduce_op=reduce_op.value, axis=axes):
+            if axes is None:
+                return self._extended._reduce(reduce_op, value)
+            return self._reduce_along(reduce_op, value, axes)
+
+    def _reduce_along(self, reduce_op, value, axes):
         if reduce_op is ReduceOp.SUM:
             def local_sum(v):
                 arr = as_array(v)
@@ -192,6 +227,9 @@ class Strategy:
 
         Components may differ in size along ``axis`` only. Non-distributed values come back
         unchanged. Cross-replica context only.
+
+        Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
+        and with the same arguments (docs/multi_worker.md, "Collective calls").
         """
         mode = state.current_mode()
         if mode.replica_context is not None and mode is not state.default_mode():
@@ -201,7 +239,8 @@ class Strategy:
             )
         require_cross_replica_or_default(self._extended)
         axis = operator.index(axis)
-        return nest.map_structure(lambda v: self._extended._gather(v, axis), value)
+        with user_call("Strategy.gather", axis=axis):
+            return nest.map_structure(lambda v: self._extended._gather(v, axis), value)
 
     # -- input ---------------------------------------------------------------------------
     def experimental_distribute_dataset(self, dataset, options=None):
@@ -215,13 +254,19 @@ class Strategy:
         Returns a DistributedDataset; iterating it gives one PerReplica per step (a plain array
         with one local replica). How batches are cut and workers share the data follow the
         dataset's auto-shard policy (docs/input.md).
+
+        Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
+        and with the same arguments (docs/multi_worker.md, "Collective calls").
         """
         return self._extended._experimental_distribute_dataset(dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn, options=None):
         """Call ``dataset_fn(InputContext)`` once per input pipeline (per worker; per replica in
         ``PER_REPLICA`` mode). Its dataset must already be batched per replica; each local
-        replica takes the next element in turn."""
+        replica takes the next element in turn.
+        Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
+        and with the same arguments (docs/multi_worker.md, "Collective calls").
+        """
         return self._extended._distribute_datasets_from_function(dataset_fn, options)
 
     def experimental_distribute_datasets_from_function(self, dataset_fn, options=None):
@@ -291,21 +336,37 @@ class StrategyExtended:
     # -- cross-replica operations ---------------------------------------------------------
     def reduce_to(self, reduce_op, value, destinations, options=None):
         """Reduce ``value`` to ``destinations`` (a distributed value, variable, array or device
-        string). Returns an array for one destination device, else a Mirrored."""
+        string). Returns an array for one destination device, else a Mirrored.
+        Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
+        and with the same arguments (docs/multi_worker.md, "Collective calls").
+        """
         require_cross_replica_or_default(self)
         reduce_op = _reduce_op_argument("reduce_to", reduce_op)
         _check_single_destination(destinations)
-        return self._reduce_to(reduce_op, value, destinations, options)
+        validate_destinations(destinations)
+        check_reducible("reduce_to", reduce_op, value)
+        with user_call("StrategyExtended.reduce_to", reduce_op=reduce_op.value):
+            return self._reduce_to(reduce_op, value, destinations, options)
 
     def batch_reduce_to(self, reduce_op, value_destination_pairs, options=None):
-        """``reduce_to`` for each ``(value, destinations)`` tuple; returns a list of results."""
+        """``reduce_to`` for each ``(value, destinations)`` tuple; returns a list of results.
+
+        Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
+        and with the same arguments (docs/multi_worker.md, "Collective calls").
+        """
         require_cross_replica_or_default(self)
         reduce_op = _reduce_op_argument("batch_reduce_to", reduce_op)
+        check_pairs_iterable(value_destination_pairs)
         pairs = list(value_destination_pairs)
         for pair in pairs:
             if type(pair) is not tuple or len(pair) != 2:
                 check_value_destination_pair(pair)  # raises the error that says what is wrong
-        return self._batch_reduce_to(reduce_op, pairs, options)
+            _check_single_destination(pair[1])
+            validate_destinations(pair[1])
+        check_reducible("batch_reduce_to", reduce_op, [v for v, _ in pairs])
+        with user_call("StrategyExtended.batch_reduce_to", reduce_op=reduce_op.value,
+                       num_values=len(pairs)):
+            return self._batch_reduce_to(reduce_op, pairs, options)
 
     def _batch_reduce_to(self, reduce_op, pairs, options):
         return [self._reduce_to(reduce_op, v, d, options) for v, d in pairs]
@@ -325,8 +386,10 @@ class StrategyExtended:
         return self._local_results(value)[0]
 
     def _reduce(self, reduce_op, value):
+        # Strategy.reduce has checked the value; the destination is our own host device, so
+        # skip reduce_to's checks (and its label: the user called Strategy.reduce).
         device = state.current_device() or self._host_device()
-        result = self.reduce_to(reduce_op, value, device)
+        result = self._reduce_to(reduce_op, value, device, None)
         result = self._local_results(result)[0]
         if isinstance(result, Variable):
             return result.value()
@@ -342,7 +405,8 @@ class StrategyExtended:
         component. With ``group`` the results are regrouped (a Mirrored of arrays), else
         returned per component.
         """
-        kwargs = {} if kwargs is None else kwargs
+        _check_callable("StrategyExtended.update", "fn", fn)
+        kwargs = _check_run_arguments("StrategyExtended.update", args, kwargs)
         replica_ctx = get_replica_context()
         if replica_ctx is not None and state.current_mode() is not state.default_mode() \
                 and not replica_ctx.strategy._is_default:
@@ -356,9 +420,23 @@ class StrategyExtended:
     def call_for_each_replica(self, fn, args=(), kwargs=None):
         """``run`` without the argument-type check."""
         require_cross_replica_or_default(self)
-        kwargs = {} if kwargs is None else kwargs
+        _check_callable("call_for_each_replica", "fn", fn)
+        # TF checks no positional args type here (spec 5.8): anything iterable goes.
+        kwargs = _check_run_arguments("call_for_each_replica", args, kwargs, check_args=False)
         with self._container_strategy().scope():
             return self._call_for_each_replica(fn, tuple(args), kwargs)
+
+    def update_non_slot(self, colocate_with, fn, args=(), kwargs=None, group=True):
+        """Run ``fn(*args, **kwargs)`` once, in cross-replica context, for state that is not
+        a slot of one variable (e.g. a step counter). ``colocate_with`` is a variable or a list
+        of them (``non_slot_devices``); every replica's memory is shared here, so it only
+        names where the state lives."""
+        require_cross_replica_or_default(self)
+        _check_callable("StrategyExtended.update_non_slot", "fn", fn)
+        kwargs = _check_run_arguments("StrategyExtended.update_non_slot", args, kwargs)
+        with self._container_strategy().scope():
+            result = fn(*args, **kwargs)
+        return result if group else nest.map_structure(lambda x: (x,), result)
 
     # -- variables ------------------------------------------------------------------------
     def colocate_vars_with(self, colocate_with_variable):

@@ -13,8 +13,9 @@ manifest, only bool / integer / float / complex dtypes are accepted, every check
 before anything is assigned. Files are written atomically (temporary file in the same
 directory, fsync, rename, fsync of the directory) and, under MultiWorkerMirroredStrategy, only
 where ``strategy.extended.should_checkpoint`` is True; every rank must call ``save`` (reading
-a SyncOnRead variable is a collective), and ``save`` returns on every rank only once the file
-is complete.
+a SyncOnRead variable is a collective, and the ranks meet before and after writing), and
+``save`` returns on every rank only once the file is complete. The public calls run under
+``user_call`` labels, so a collective mismatch names ``Checkpoint.save``, not an all-gather.
 """
 
 import collections
@@ -26,6 +27,7 @@ import numpy as np
 
 from mpidist.backend import as_array
 from mpidist.core import state
+from mpidist.core.user_calls import user_call
 from mpidist.training.checkpoint_format import (
     STATE_FILENAME,
     latest_checkpoint,
@@ -35,11 +37,15 @@ from mpidist.training.checkpoint_format import (
     write_checkpoint_file,
     write_state,
 )
+from mpidist.training.checkpoint_status import (
+    SAVE_COUNTER_KEY,
+    CheckpointLoadStatus,
+    InitializationOnlyStatus,
+)
+from mpidist.training.deferred_restore import PendingRestore
 from mpidist.values.variables import Variable
 
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "latest_checkpoint"]
-
-SAVE_COUNTER_KEY = "save_counter"
 
 _STATUS_BYTES = 1024  # one rank's report in the end-of-save agreement: flag + message
 
@@ -170,6 +176,13 @@ class _Coordination:
                 self._timeout = getattr(options, "timeout_seconds", None)
                 break
 
+    def begin(self):
+        """Meet every rank before anything is written: a save that only some ranks call (e.g.
+        ``if rank == 0: checkpoint.save(path)``) fails here, on every rank, with the mismatch
+        error naming the call, and no file is written."""
+        if self._comm is not None and self._comm.size > 1:
+            self._comm.barrier(timeout=self._timeout)
+
     def run(self, what, action):
         """Run ``action`` where this worker writes; then agree with every rank on the outcome."""
         error = None
@@ -235,86 +248,6 @@ def _assign(var, value):
         var.assign(value, read_value=False)
 
 
-# -- Restore status -----------------------------------------------------------------------------
-def _listing(keys, limit=10):
-    shown = ", ".join(repr(k) for k in keys[:limit])
-    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
-
-
-class CheckpointLoadStatus:
-    """What ``Checkpoint.restore`` matched: checks for the caller to make.
-
-    ``restored``: the keys assigned; ``unmatched``: tracked variables the file has no value
-    for (left as they were); ``unused``: values in the file that no tracked variable took.
-    """
-
-    def __init__(self, path, restored, unmatched, unused):
-        self.path = path
-        self.restored = tuple(restored)
-        self.unmatched = tuple(unmatched)
-        self.unused = tuple(unused)
-
-    def assert_consumed(self):
-        """Raise AssertionError unless every saved value was restored into a variable and
-        every tracked variable got a value. Returns self."""
-        problems = []
-        if self.unused:
-            problems.append(f"values in the checkpoint that no variable took: "
-                            f"{_listing(list(self.unused))}")
-        if self.unmatched:
-            problems.append(f"variables the checkpoint has no value for: "
-                            f"{_listing(list(self.unmatched))}")
-        if problems:
-            raise AssertionError(
-                f"Checkpoint {self.path!r} did not match the objects exactly: "
-                + "; ".join(problems) + ". Create the missing objects before restore() (e.g. "
-                "build the optimizer's slots), or call assert_existing_objects_matched() / "
-                "expect_partial() where a partial restore is intended."
-            )
-        return self
-
-    def assert_existing_objects_matched(self):
-        """Raise AssertionError if a tracked variable got no value (unused values are fine)."""
-        if self.unmatched:
-            raise AssertionError(
-                f"Checkpoint {self.path!r} has no value for the tracked variables "
-                f"{_listing(list(self.unmatched))}; they keep their current values."
-            )
-        return self
-
-    def assert_nontrivial_match(self):
-        """Raise AssertionError if nothing but the save counter was restored."""
-        if not any(k != SAVE_COUNTER_KEY for k in self.restored):
-            raise AssertionError(
-                f"Nothing but the save counter was restored from {self.path!r}: no tracked "
-                "variable has a key in the checkpoint (compare the keys you pass to Checkpoint)."
-            )
-        return self
-
-    def expect_partial(self):
-        """Mark a partial restore as intended (TensorFlow silences warnings); returns self."""
-        return self
-
-    def __repr__(self):
-        return (f"<CheckpointLoadStatus {self.path!r}: {len(self.restored)} restored, "
-                f"{len(self.unmatched)} unmatched, {len(self.unused)} unused>")
-
-
-class InitializationOnlyStatus:
-    """The status of ``restore(None)``: nothing was restored, and every assertion says so."""
-
-    path = None
-    restored = unmatched = unused = ()
-
-    def assert_consumed(self):
-        raise AssertionError("No checkpoint specified (save_path=None); nothing is being restored.")
-
-    assert_existing_objects_matched = assert_nontrivial_match = assert_consumed
-
-    def expect_partial(self):
-        return self
-
-
 # -- Checkpoint ---------------------------------------------------------------------------------
 class Checkpoint:
     """Groups variables and trackable objects to save and restore them (``tf.train.Checkpoint``).
@@ -326,8 +259,10 @@ class Checkpoint:
             dict / list / tuple of them}``), or a dict / list / tuple of those. Keys are slash
             paths: ``model/w``, ``optimizer/slots/0/m``.
 
-    Every rank of a multi-worker job must call ``save`` / ``write`` / ``restore`` in the
-    same order; only the worker where ``should_checkpoint`` is True writes.
+    Under MultiWorkerMirroredStrategy ``save`` and ``write`` are collective: call them on
+    every rank, in the same order; only the worker where ``should_checkpoint`` is True writes.
+    ``restore`` is not collective. Values restored before their variables exist are applied
+    when the variables are created (``deferred_restore``).
     """
 
     def __init__(self, root=None, **kwargs):
@@ -346,6 +281,7 @@ class Checkpoint:
                 raise _not_checkpointable(name, obj)
         self._root = root
         self._objects = dict(kwargs)
+        self._pending = None  # the last restore's PendingRestore (values waiting for variables)
         self._save_counter = type.__call__(Variable, np.int64(0), trainable=False,
                                            name=SAVE_COUNTER_KEY)
 
@@ -377,34 +313,49 @@ class Checkpoint:
     # -- saving -------------------------------------------------------------------------------
     def save(self, file_prefix, options=None):
         """Increment ``save_counter`` and write ``f"{file_prefix}-{save_counter}"``; record it
-        as the latest checkpoint in the directory's state file. Returns the path."""
-        _no_options(options, "Checkpoint.save")
-        prefix = path_argument(file_prefix, "file_prefix")
-        _require_cross_replica("save")
-        before = int(self._save_counter.numpy())
-        self._save_counter.assign(np.int64(before + 1), read_value=False)
-        path = f"{prefix}-{before + 1}"
-        try:
-            self._write(path, record_state=True)
-        except BaseException:
-            self._save_counter.assign(np.int64(before), read_value=False)
-            raise
-        return path
+        as the latest checkpoint in the directory's state file. Returns the path.
+
+        Collective under MultiWorkerMirroredStrategy: call it on every rank, with the same
+        objects; only the chief writes (``strategy.extended.should_checkpoint``). Called on
+        some ranks only, it raises the collective-mismatch error naming ``Checkpoint.save`` on
+        every rank and writes nothing.
+        """
+        with user_call("Checkpoint.save"):
+            _no_options(options, "Checkpoint.save")
+            prefix = path_argument(file_prefix, "file_prefix")
+            _require_cross_replica("save")
+            before = int(self._save_counter.numpy())
+            self._save_counter.assign(np.int64(before + 1), read_value=False)
+            path = f"{prefix}-{before + 1}"
+            try:
+                self._write(path, record_state=True)
+            except BaseException:
+                self._save_counter.assign(np.int64(before), read_value=False)
+                raise
+            return path
 
     def write(self, file_prefix, options=None):
         """Write the checkpoint to exactly ``file_prefix`` (no counter, no state file);
-        returns the path."""
-        _no_options(options, "Checkpoint.write")
-        path = path_argument(file_prefix, "file_prefix")
-        _require_cross_replica("write")
-        self._write(path, record_state=False)
-        return path
+        returns the path.
+
+        Collective under MultiWorkerMirroredStrategy: call it on every rank; only the chief
+        writes.
+        """
+        with user_call("Checkpoint.write"):
+            _no_options(options, "Checkpoint.write")
+            path = path_argument(file_prefix, "file_prefix")
+            _require_cross_replica("write")
+            self._write(path, record_state=False)
+            return path
 
     def _write(self, path, record_state):
         """Read every value (collective for SyncOnRead ones), write where this worker should,
         agree with every rank; returns the _Coordination used."""
+        if self._pending is not None:
+            self._pending.apply()  # a restore point: a variable attached since takes its value
         pairs = _walk(self._items())
         coordination = _Coordination(_strategies(var for _, var in pairs))
+        coordination.begin()
         values = {}
         entries = []
         for key, var in pairs:
@@ -427,39 +378,57 @@ class Checkpoint:
     def restore(self, save_path, options=None):
         """Restore every tracked variable that has a value in ``save_path`` (and the save
         counter). ``None`` restores nothing. Shapes and dtypes are checked for all keys before
-        any variable is assigned. Returns a CheckpointLoadStatus."""
-        _no_options(options, "Checkpoint.restore")
-        if save_path is None:
-            return InitializationOnlyStatus()
-        path = path_argument(save_path, "save_path")
-        _require_cross_replica("restore")
-        _, saved = read_checkpoint_file(path)
-        matched, unmatched = [], []
-        for key, var in _walk(self._items()):
-            if key in saved:
-                matched.append((key, var, saved[key]))
-            else:
-                unmatched.append(key)
-        for key, var, arr in matched:
-            if arr.shape != tuple(var.shape) or arr.dtype != var.dtype:
-                raise ValueError(
-                    f"Cannot restore checkpoint key {key!r} from {path!r} into variable "
-                    f"{var.name!r}: the checkpoint holds shape {arr.shape} dtype {arr.dtype}, the "
-                    f"variable has shape {tuple(var.shape)} dtype {var.dtype}. Nothing was "
-                    "restored; create the variable with the saved shape and dtype."
-                )
-        assigned = set()
-        for _, var, arr in matched:
-            if id(var) not in assigned:
-                assigned.add(id(var))
-                _assign(var, arr)
-        used = {key for key, _, _ in matched}
-        return CheckpointLoadStatus(path, [k for k, _, _ in matched], unmatched,
-                                    [k for k in saved if k not in used])
+        any variable is assigned. Returns a CheckpointLoadStatus.
+
+        Values for variables that do not exist yet (a fresh optimizer's slots, an attribute
+        assigned later) wait and go into those variables when they appear: at slot creation
+        (``Optimizer.build`` or the first ``apply_gradients``), at a status method, or at the
+        next ``save``. A newer restore replaces what an older one left waiting.
+
+        Not a collective: each rank reads the file itself, issues no communication, and may
+        call it alone; every rank of a multi-worker job should restore the same path.
+        """
+        with user_call("Checkpoint.restore"):
+            _no_options(options, "Checkpoint.restore")
+            if save_path is None:
+                return InitializationOnlyStatus()
+            path = path_argument(save_path, "save_path")
+            _require_cross_replica("restore")
+            _, saved = read_checkpoint_file(path)
+            items = self._items()
+            matched = []
+            for key, var in _walk(items):
+                if key in saved:
+                    matched.append((key, var, saved[key]))
+            for key, var, arr in matched:
+                if arr.shape != tuple(var.shape) or arr.dtype != var.dtype:
+                    raise ValueError(
+                        f"Cannot restore checkpoint key {key!r} from {path!r} into variable "
+                        f"{var.name!r}: the checkpoint holds shape {arr.shape} dtype "
+                        f"{arr.dtype}, the variable has shape {tuple(var.shape)} dtype "
+                        f"{var.dtype}. Nothing was restored; create the variable with the saved "
+                        "shape and dtype, or restore a checkpoint of this model."
+                    )
+            assigned = {}
+            for _, var, arr in matched:
+                if id(var) not in assigned:
+                    assigned[id(var)] = var
+                    _assign(var, arr)
+            used = {key for key, _, _ in matched}
+            roots = [obj for name, obj in items if name != SAVE_COUNTER_KEY]
+            record = PendingRestore(
+                path, saved, {k: a for k, a in saved.items() if k not in used},
+                [k for k, _, _ in matched], walk=lambda: _walk(self._items()), assign=_assign,
+                roots=roots, taken=assigned.values())
+            record.activate(previous=self._pending)
+            self._pending = record
+            return CheckpointLoadStatus(record, lambda: _walk(self._items()))
 
     def read(self, save_path, options=None):
-        """Restore from a file written by ``write`` (the same as ``restore``)."""
-        return self.restore(save_path, options)
+        """Restore from a file written by ``write`` (the same as ``restore``; not a
+        collective)."""
+        with user_call("Checkpoint.read"):
+            return self.restore(save_path, options)
 
 
 # -- CheckpointManager --------------------------------------------------------------------------
@@ -469,8 +438,12 @@ def _checkpoint_number(value):
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"checkpoint_number must be an integer, got {value!r}.")
     if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iu":
-        return int(value)
+        value = int(value)
     if isinstance(value, (int, np.integer)):
+        if value < 0:
+            raise ValueError(
+                f"checkpoint_number must be >= 0, got {int(value)}: it becomes the file name's "
+                "suffix (ckpt-<n>); pass a step count such as optimizer.iterations.")
         return int(value)
     raise TypeError(
         f"checkpoint_number must be an integer or an integer Variable (e.g. the optimizer's "
@@ -559,11 +532,19 @@ class CheckpointManager:
     def save(self, checkpoint_number=None, check_interval=True, options=None):
         """Save a new checkpoint (numbered ``checkpoint_number``, else the incremented save
         counter), delete the oldest beyond ``max_to_keep`` and update the state file.
+        Returns the path.
 
-        Every rank must call it; only the writer touches files. Returns the path."""
-        _no_options(options, "CheckpointManager.save")
-        _require_cross_replica("save")
-        number = None if checkpoint_number is None else _checkpoint_number(checkpoint_number)
+        Collective under MultiWorkerMirroredStrategy: call it on every rank; only the chief
+        writes and deletes files. Called on some ranks only, it raises the collective-mismatch
+        error naming ``CheckpointManager.save`` on every rank and writes nothing.
+        """
+        with user_call("CheckpointManager.save"):
+            _no_options(options, "CheckpointManager.save")
+            _require_cross_replica("save")
+            number = None if checkpoint_number is None else _checkpoint_number(checkpoint_number)
+            return self._save(number)
+
+    def _save(self, number):
         counter = self._checkpoint.save_counter
         before = int(counter.numpy())
         counter.assign(np.int64(before + 1), read_value=False)
@@ -585,7 +566,7 @@ class CheckpointManager:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(old)
             write_state(self._directory, self._latest, list(self._kept),
-                         list(self._kept.values()))
+                        list(self._kept.values()))
 
         # After the first agreement every rank has finished any earlier restore, so deleting
         # an old checkpoint cannot pull a file from under a slower rank.
@@ -594,10 +575,14 @@ class CheckpointManager:
 
     def restore_or_initialize(self):
         """Restore the latest checkpoint and return its path; without one call ``init_fn``
-        (if given) and return None."""
-        if self._latest is not None:
-            self._checkpoint.restore(self._latest)
-            return self._latest
-        if self._init_fn is not None:
-            self._init_fn()
-        return None
+        (if given) and return None.
+
+        The restore itself is not a collective; ``init_fn`` may be (call this on every rank).
+        """
+        with user_call("CheckpointManager.restore_or_initialize"):
+            if self._latest is not None:
+                self._checkpoint.restore(self._latest)
+                return self._latest
+            if self._init_fn is not None:
+                self._init_fn()
+            return None

@@ -9,6 +9,7 @@ integer / float / complex dtypes and verifies every checksum before returning an
 
 import collections
 import contextlib
+import difflib
 import errno
 import hashlib
 import json
@@ -70,10 +71,17 @@ def _fsync_directory(directory):
 def _atomic_write(path, write_fn):
     """Write ``path`` through ``write_fn(file)`` so that it appears complete or not at all."""
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory,
                        f".{os.path.basename(path)}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        # The OS names the temporary file or one parent; say which path the user gave.
+        raise type(exc)(exc.errno, (
+            f"Cannot write {path!r}: {exc.strerror} ({exc.filename!r}). Nothing was written; "
+            "pass a path in a directory this process can create and write (no existing file "
+            "in its place).")) from None
     try:
         with os.fdopen(fd, "wb") as f:
             write_fn(f)
@@ -199,6 +207,26 @@ def _entries(manifest):
     return checked
 
 
+def _nearby(path):
+    """What the directory of a missing ``path`` holds that the user may have meant."""
+    directory = os.path.dirname(path) or os.curdir
+    if not os.path.isdir(directory):
+        return f" The directory {directory!r} does not exist."
+    try:
+        names = sorted(n for n in os.listdir(directory)
+                       if n != STATE_FILENAME and not n.startswith(".")
+                       and os.path.isfile(os.path.join(directory, n)))
+    except OSError:
+        return ""
+    base = os.path.basename(path)
+    numbered = [n for n in names if n.startswith(base + "-")]
+    close = numbered or difflib.get_close_matches(base, names, n=5)
+    if not close:
+        return ""
+    hint = (f" save({base!r}) writes {base!r} + '-<n>'." if numbered else "")
+    return f" Files in {directory!r} with similar names: {', '.join(map(repr, close[:5]))}.{hint}"
+
+
 def read_checkpoint_file(path):
     """``(manifest, {key: array})`` of the checkpoint at ``path``, every checksum verified."""
     if os.path.isdir(path):
@@ -208,10 +236,10 @@ def read_checkpoint_file(path):
         )
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed by the `with` below
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise FileNotFoundError(
             f"No checkpoint file at {path!r}; pass a path returned by save() / write(), or "
-            "mpidist.train.latest_checkpoint(directory)."
+            f"mpidist.train.latest_checkpoint(directory).{_nearby(path)}"
         ) from None
     try:
         with f, zipfile.ZipFile(f) as zf:

@@ -23,9 +23,10 @@ from mpidist.backend import array_module, as_array
 from mpidist.data.dataset import Dataset
 from mpidist.data.distributed import DistributedDataset
 from mpidist.core import state
-from mpidist.core.user_calls import user_call
+from mpidist.core.user_calls import labelled, user_call
 from mpidist.strategies.context import get_replica_context, get_strategy
 from mpidist.training.callbacks import BackupAndRestore, History
+from mpidist.training.optimizers import Optimizer
 from mpidist.types import ReduceOp
 
 __all__ = ["fit", "evaluate"]
@@ -190,8 +191,11 @@ class _FitLoop:
             raise ValueError(
                 f"loss_and_gradients returned {len(grads)} gradients for {len(variables)} "
                 "trainable variables; give one gradient per variable, in order.")
-        reduced = get_replica_context().all_reduce(
-            ReduceOp.SUM, [_loss_totals(per_example)] + grads)
+        # The optimizer's settings join this all-reduce's cross-rank check: apply_gradients
+        # below moves no data, so a rank with another learning rate would drift silently.
+        with user_call("Optimizer.apply_gradients", **self.optimizer.hyperparameters()):
+            reduced = get_replica_context().all_reduce(
+                ReduceOp.SUM, [_loss_totals(per_example)] + grads)
         totals, n = reduced[0], float(reduced[0][1])
         mean_grads = [g / g.dtype.type(n) for g in reduced[1:]]
         self.optimizer.apply_gradients(zip(mean_grads, variables),
@@ -242,6 +246,7 @@ class _FitLoop:
         return logs
 
 
+@labelled("fit")
 def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callbacks=(),
         steps_per_epoch=None, initial_epoch=0, verbose="auto"):
     """Train ``model`` on ``dataset`` for ``epochs`` epochs; returns a History.
@@ -261,8 +266,14 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
         steps_per_epoch: stop each epoch after this many steps (default: the whole dataset).
         verbose: "auto" / 1 (a progress bar on the chief when stderr is a terminal, else a line
             per epoch), 2 (a line per epoch on the chief), 0 (silent).
+
+    Collective under MultiWorkerMirroredStrategy: every rank calls it with the same arguments.
     """
     _check_model(model)
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(
+            f"fit: optimizer must be an mpidist.optimizers optimizer (e.g. "
+            f"mpidist.optimizers.SGD(0.01)), got {type(optimizer).__name__} {optimizer!r}.")
     strategy = _resolve_strategy(strategy, model, optimizer, "fit")
     mode = state.current_mode()
     if mode.replica_context is not None and not mode.is_default:
@@ -278,7 +289,7 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
         if isinstance(cb, BackupAndRestore):
             cb.attach(loop)
     progress = _Progress(verbose, strategy.extended.should_save_summary, epochs, steps)
-    with strategy.scope(), user_call("fit"):
+    with strategy.scope():
         for cb in callbacks:
             cb.on_train_begin()
         logs = loop.train(data, epochs, callbacks, progress, steps_per_epoch, initial_epoch)
@@ -292,11 +303,14 @@ def _known_steps(data):
     return n if n >= 0 else None
 
 
+@labelled("evaluate")
 def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0):
     """The mean per-example loss over ``dataset`` and each metric's result, as a dict.
 
     ``per_example_loss(x, y)`` gives the loss when the model has it; otherwise the loss from
-    ``loss_and_gradients`` is used (its gradients are discarded).
+    ``loss_and_gradients`` is used (its gradients are discarded). The strategy is that of the
+    model's variables unless given (as in ``fit``). Collective under
+    MultiWorkerMirroredStrategy: every rank calls it with the same arguments.
     """
     _check_model(model, need_gradients=False)
     strategy = _resolve_strategy(strategy, model, None, "evaluate")
@@ -312,7 +326,7 @@ def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0):
         _update_metrics(metrics, model, x, y, outputs)
         return _loss_totals(per_example)
 
-    with strategy.scope(), user_call("evaluate"):
+    with strategy.scope():
         for metric in metrics:
             metric.reset_state()
         totals = np.zeros(2)

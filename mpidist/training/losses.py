@@ -12,22 +12,43 @@ from mpidist.backend import array_module
 from mpidist.errors import InvalidArgumentError
 from mpidist.strategies.context import get_strategy, has_strategy, in_cross_replica_context
 from mpidist.types import ReduceOp
+from mpidist.values.containers import DistributedValues
 
 __all__ = ["compute_average_loss", "scale_regularization_loss", "get_loss_reduction"]
 
 
-def _as_loss_array(per_example_loss):
+def _as_loss_array(per_example_loss, what="per_example_loss"):
+    if isinstance(per_example_loss, DistributedValues):
+        raise TypeError(
+            f"{what} is a {type(per_example_loss).__name__}: compute the loss inside "
+            "strategy.run, where each replica passes its own array."
+        )
     xp = array_module(per_example_loss)
-    loss = xp.asarray(per_example_loss)
+    loss = xp.asarray(per_example_loss, dtype=object if per_example_loss is None else None)
+    if loss.dtype.kind not in "iuf":
+        raise TypeError(
+            f"{what} must hold real numbers (float or integer), got {_short(per_example_loss)} "
+            f"of dtype {loss.dtype}; pass a float array."
+        )
     if not np.issubdtype(loss.dtype, np.floating):
         loss = loss.astype(np.float64)  # a mean of integers is not an integer
     return xp, loss
 
 
+def _short(x):
+    text = " ".join(repr(x).split())  # one line, so messages stay greppable
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _weights_like(xp, weights, loss):
     """``sample_weight`` shaped to multiply ``loss``: per-example weights gain trailing axes, a
     trailing axis of 1 is squeezed, scalars broadcast."""
-    w = xp.asarray(weights, dtype=loss.dtype)
+    w = xp.asarray(weights)
+    if w.dtype.kind not in "iuf":
+        raise TypeError(
+            f"sample_weight must hold real numbers, got {_short(weights)} of dtype {w.dtype}; "
+            "pass one float weight per example or a scalar.")
+    w = w.astype(loss.dtype, copy=False)
     if w.ndim == loss.ndim + 1 and w.shape[-1] == 1:
         w = w.reshape(w.shape[:-1])
     if 0 < w.ndim < loss.ndim:
@@ -92,7 +113,7 @@ def scale_regularization_loss(regularization_loss):
         raise RuntimeError(
             "You are calling `scale_regularization_loss` in cross replica context, while it was "
             "expected to be called in replica context.")
-    xp, loss = _as_loss_array(regularization_loss)
+    xp, loss = _as_loss_array(regularization_loss, "regularization_loss")
     return (loss.sum() / loss.dtype.type(get_strategy().num_replicas_in_sync)).astype(loss.dtype)
 
 

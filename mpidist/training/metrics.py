@@ -14,7 +14,9 @@ import numpy as np
 
 from mpidist.backend import array_module, as_array
 from mpidist.core import state
+from mpidist.core.user_calls import user_call
 from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
+from mpidist.values.containers import DistributedValues
 from mpidist.values.variables import Variable
 
 __all__ = ["Accuracy", "Mean", "Metric", "SparseCategoricalAccuracy", "Sum"]
@@ -51,6 +53,11 @@ def _as_arrays(*values):
             break
     converted = []
     for v in raw:
+        if isinstance(v, DistributedValues):
+            raise TypeError(
+                f"A metric got a {type(v).__name__}: call update_state inside strategy.run, where "
+                "each replica passes its own arrays."
+            )
         if v is None:
             converted.append(None)
         elif xp is np:
@@ -58,6 +65,20 @@ def _as_arrays(*values):
         else:
             converted.append(xp.asarray(v))
     return xp, converted
+
+
+def _short(x):
+    text = " ".join(repr(x).split())  # one line, so messages stay greppable
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_input(metric, what, given, arr, kinds="biuf", required=False):
+    """TypeError unless ``arr`` (converted from ``given``) has a dtype kind in ``kinds``."""
+    if arr is None and required or arr is not None and arr.dtype.kind not in kinds:
+        raise TypeError(
+            f"Metric {metric._name!r}: {what} must hold real numbers, got {_short(given)} "
+            f"(dtype {getattr(arr, 'dtype', None)}); pass a numeric array."
+        )
 
 
 def _squeeze_last(x):
@@ -90,8 +111,14 @@ class Metric:
     """
 
     def __init__(self, name=None, dtype=None):
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"A metric's name must be a string, got {name!r}.")
         self._name = name if name is not None else _snake_case(type(self).__name__)
         self._dtype = np.dtype(dtype if dtype is not None else np.float64)
+        if self._dtype.kind not in "iuf":
+            raise TypeError(
+                f"Metric {self._name!r} needs a numeric dtype for its state, got "
+                f"{self._dtype}; use e.g. dtype=np.float64.")
         self._state = {}
 
     # -- identity ------------------------------------------------------------------------
@@ -170,8 +197,10 @@ class Metric:
 
     def result(self):
         """The metric over all replicas of all workers, a NumPy scalar (see the class doc for
-        where it may be called)."""
-        return self._result_from(self._read_totals())
+        where it may be called). Collective under MultiWorkerMirroredStrategy: call it on
+        every rank."""
+        with user_call(f"{type(self).__name__}.result"):
+            return self._result_from(self._read_totals())
 
     def reset_state(self):
         """Zero every copy of every state variable (no communication)."""
@@ -259,8 +288,10 @@ class Sum(Metric):
         super().update_state(values, sample_weight=sample_weight)
 
     def _update_deltas(self, values, sample_weight=None):
-        xp, (values, w) = _as_arrays(values, sample_weight)
-        values = values.astype(self._dtype, copy=False)
+        xp, (arr, w) = _as_arrays(values, sample_weight)
+        _check_input(self, "values", values, arr, required=True)
+        _check_input(self, "sample_weight", sample_weight, w)
+        values = arr.astype(self._dtype, copy=False)
         if w is not None:
             values = values * self._weights_for(xp, w, values)
         return {"total": xp.sum(values, dtype=self._dtype)}
@@ -285,8 +316,10 @@ class Mean(Metric):
         super().update_state(values, sample_weight=sample_weight)
 
     def _update_deltas(self, values, sample_weight=None):
-        xp, (values, w) = _as_arrays(values, sample_weight)
-        return self._mean_deltas(xp, values, w)
+        xp, (arr, w) = _as_arrays(values, sample_weight)
+        _check_input(self, "values", values, arr, required=True)
+        _check_input(self, "sample_weight", sample_weight, w)
+        return self._mean_deltas(xp, arr, w)
 
     def _mean_deltas(self, xp, values, w):
         values = values.astype(self._dtype, copy=False)
@@ -316,7 +349,11 @@ class Accuracy(Mean):
         Metric.update_state(self, y_true, y_pred, sample_weight=sample_weight)
 
     def _update_deltas(self, y_true, y_pred, sample_weight=None):
+        given = (y_true, y_pred)
         xp, (y_true, y_pred, w) = _as_arrays(y_true, y_pred, sample_weight)
+        _check_input(self, "y_true", given[0], y_true, "biufSU", required=True)
+        _check_input(self, "y_pred", given[1], y_pred, "biufSU", required=True)
+        _check_input(self, "sample_weight", sample_weight, w)
         t, p = y_true, y_pred
         if t.ndim == p.ndim + 1 and t.shape[-1] == 1:
             t = _squeeze_last(t)
@@ -343,7 +380,11 @@ class SparseCategoricalAccuracy(Mean):
         Metric.update_state(self, y_true, y_pred, sample_weight=sample_weight)
 
     def _update_deltas(self, y_true, y_pred, sample_weight=None):
+        given = (y_true, y_pred)
         xp, (y_true, y_pred, w) = _as_arrays(y_true, y_pred, sample_weight)
+        _check_input(self, "y_true (integer class labels)", given[0], y_true, "iuf", required=True)
+        _check_input(self, "y_pred (class scores)", given[1], y_pred, "iuf", required=True)
+        _check_input(self, "sample_weight", sample_weight, w)
         t = y_true
         if t.ndim == y_pred.ndim and t.ndim > 0 and t.shape[-1] == 1:
             t = _squeeze_last(t)

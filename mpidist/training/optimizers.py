@@ -12,12 +12,32 @@ import numpy as np
 
 from mpidist.backend import array_module
 from mpidist.core import state
+from mpidist.core.user_calls import user_call
 from mpidist.strategies.context import get_replica_context, get_strategy, in_cross_replica_context
+from mpidist.strategies.default import get_default_strategy
+from mpidist.training.gradient_checks import checked_pairs
+from mpidist.training.deferred_restore import restore_deferred
 from mpidist.types import ReduceOp, VariableAggregation
 from mpidist.values.containers import DistributedValues, PerReplica
 from mpidist.values.variables import Variable
 
-__all__ = ["Optimizer", "SGD", "Adam"]
+__all__ = ["Optimizer", "SGD", "Adam", "UnknownSlotError"]
+
+
+def _is_real_scalar(value):
+    """A Python or NumPy real number, or a 0-d real array (what a schedule may return)."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return isinstance(dtype, np.dtype) and dtype.kind in "iuf" and getattr(value, "shape", None) == ()
+
+
+def _flag(name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}.")
+    return bool(value)
 
 
 def _positive_float(name, value, allow_zero=False):
@@ -28,6 +48,18 @@ def _positive_float(name, value, allow_zero=False):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be a finite number {bound}, got {value}.")
     return value
+
+
+class UnknownSlotError(ValueError, KeyError):
+    """``get_slot`` of a variable or slot name the optimizer does not have. A ValueError (bad
+    argument) that is also a KeyError, so code written for Keras 2's KeyError still works."""
+
+    __str__ = Exception.__str__  # KeyError would quote the message
+
+
+def _short_repr(x):
+    text = " ".join(repr(x).split())  # one line, so messages stay greppable
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _components(x):
@@ -65,6 +97,8 @@ class Optimizer:
         self.clipvalue = None if clipvalue is None else _positive_float("clipvalue", clipvalue)
         self.global_clipnorm = (None if global_clipnorm is None
                                 else _positive_float("global_clipnorm", global_clipnorm))
+        if not isinstance(name, str):
+            raise TypeError(f"Optimizer name must be a string, got {name!r}.")
         self.learning_rate = learning_rate
         self.name = name
         self._strategy = get_strategy()
@@ -81,12 +115,22 @@ class Optimizer:
 
     def _current_learning_rate(self):
         lr = self.learning_rate
-        return float(lr(int(np.asarray(self._iterations)))) if callable(lr) else lr
+        if not callable(lr):
+            return lr
+        value = lr(int(np.asarray(self._iterations)))
+        if not _is_real_scalar(value):
+            raise TypeError(
+                f"The learning_rate schedule of optimizer {self.name!r} returned {value!r} for "
+                f"step {int(np.asarray(self._iterations))}; it must return a number, e.g. "
+                "lambda step: 0.1 * 0.9 ** step."
+            )
+        return float(value)
 
     # -- slots --------------------------------------------------------------------------------
     def build(self, var_list):
         """Create the slot variables of ``var_list`` now (``apply_gradients`` does it on first
-        use); call before restoring a checkpoint that holds optimizer state."""
+        use). Slots created after a ``Checkpoint.restore`` take their saved values here."""
+        created = False
         for var in var_list:
             if id(var) in self._var_index:
                 continue
@@ -98,12 +142,22 @@ class Optimizer:
                                            name=f"{var.name}/{slot}")
             self._var_index[id(var)] = len(self._slots)
             self._slots.append(slots)
+            created = True
+        if created:
+            restore_deferred()  # TF's deferred restoration, before any update reads the slots
 
     def get_slot(self, var, slot_name):
-        """The slot variable ``slot_name`` of ``var`` (KeyError if it has none)."""
+        """The slot variable ``slot_name`` of ``var``; UnknownSlotError (a ValueError that is
+        also a KeyError, as Keras 2 raised) if it has none."""
         index = self._var_index.get(id(var))
-        if index is None or slot_name not in self._slots[index]:
-            raise KeyError(f"{var.name!r} has no slot {slot_name!r}; slots: {list(self._SLOTS)}.")
+        shown = getattr(var, "name", None) or _short_repr(var)
+        if index is None:
+            raise UnknownSlotError(
+                f"Optimizer {self.name!r} has no slots for variable {shown!r}: it has not "
+                "updated it yet. Call optimizer.build([var, ...]) or apply_gradients first.")
+        if slot_name not in self._slots[index]:
+            raise UnknownSlotError(
+                f"{shown!r} has no slot {slot_name!r}; slots: {list(self._SLOTS)}.")
         return self._slots[index][slot_name]
 
     def _checkpoint_dependencies(self):
@@ -118,28 +172,52 @@ class Optimizer:
         In replica context the gradients are first summed over all replicas (one fused
         all-reduce) unless ``experimental_aggregate_gradients=False`` (then they must already
         be). Pairs whose gradient is None are skipped. Returns the ``iterations`` variable.
+
+        Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
+        and with the same arguments (docs/multi_worker.md, "Collective calls").
         """
-        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
-        if not pairs:
-            raise ValueError("No gradients provided for any variable.")
-        for g, v in pairs:
-            if tuple(np.shape(g)) != tuple(v.shape):
-                raise ValueError(
-                    f"Gradient of shape {tuple(np.shape(g))} does not match variable {v.name!r} "
-                    f"of shape {tuple(v.shape)}.")
         mode = state.current_mode()
         if in_cross_replica_context() and not mode.is_default:
             raise RuntimeError(
                 "`apply_gradients() cannot be called in cross-replica context. Use "
                 "`mpidist.Strategy.run` to enter replica context.")
+        strategy = get_strategy()
+        pairs = checked_pairs(grads_and_vars, name, strategy)
+        self._check_strategy(strategy)
         grads = [g for g, _ in pairs]
         variables = [v for _, v in pairs]
         ctx = get_replica_context()
-        if experimental_aggregate_gradients and ctx is not None:
-            grads = list(ctx.all_reduce(ReduceOp.SUM, grads))
-        grads = self._clip(grads)
-        ctx.merge_call(self._distributed_apply, args=(grads, variables))
+        with user_call("Optimizer.apply_gradients", num_variables=len(pairs),
+                       aggregate=bool(experimental_aggregate_gradients),
+                       **self.hyperparameters()):
+            if experimental_aggregate_gradients and ctx is not None:
+                grads = list(ctx.all_reduce(ReduceOp.SUM, grads))
+            grads = self._clip(grads)
+            ctx.merge_call(self._distributed_apply, args=(grads, variables))
         return self._iterations
+
+    def hyperparameters(self):
+        """The settings that decide an update, as a dict: the optimizer's class, the current
+        learning rate (a schedule's value at this step), clipping and the class's own
+        settings. Under MultiWorkerMirroredStrategy the ranks agree on them with the gradients'
+        all-reduce, so a rank given another learning rate is an error, not a silently
+        diverging copy of the model."""
+        return {"optimizer": type(self).__name__, "learning_rate": self._current_learning_rate(),
+                "clipnorm": self.clipnorm, "clipvalue": self.clipvalue,
+                "global_clipnorm": self.global_clipnorm, **self._own_hyperparameters()}
+
+    def _own_hyperparameters(self):
+        return {}
+
+    def _check_strategy(self, strategy):
+        """The optimizer's own state (``iterations``) must live where its updates run."""
+        mine = self._strategy
+        if mine is not strategy and mine is not get_default_strategy():
+            raise ValueError(
+                f"Optimizer {self.name!r} was created in the scope of {mine} but "
+                f"apply_gradients runs under {strategy}: create the optimizer inside the "
+                "same `with strategy.scope():` as the variables it trains."
+            )
 
     def _clip(self, grads):
         if self.clipvalue is not None:
@@ -186,9 +264,12 @@ class SGD(Optimizer):
         self.momentum = _positive_float("momentum", momentum, allow_zero=True)
         if self.momentum >= 1:
             raise ValueError(f"momentum must be in [0, 1), got {momentum}.")
-        self.nesterov = bool(nesterov)
+        self.nesterov = _flag("nesterov", nesterov)
         self._SLOTS = ("momentum",) if self.momentum else ()
         super().__init__(learning_rate, name=name, **kwargs)
+
+    def _own_hyperparameters(self):
+        return {"momentum": self.momentum, "nesterov": self.nesterov}
 
     def _update_step(self, variable, gradient, slots, lr, step):
         w = variable._current_array()
@@ -220,9 +301,13 @@ class Adam(Optimizer):
                 raise ValueError(f"{label} must be in [0, 1), got {beta}.")
         self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
         self.epsilon = _positive_float("epsilon", epsilon)
-        self.amsgrad = bool(amsgrad)
+        self.amsgrad = _flag("amsgrad", amsgrad)
         self._SLOTS = ("m", "v", "vhat") if self.amsgrad else ("m", "v")
         super().__init__(learning_rate, name=name, **kwargs)
+
+    def _own_hyperparameters(self):
+        return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
+                "amsgrad": self.amsgrad}
 
     def _update_step(self, variable, gradient, slots, lr, step):
         w = variable._current_array()

@@ -12,6 +12,7 @@ import numpy as np
 
 from mpidist.backend import as_array
 from mpidist.core import state
+from mpidist.core.user_calls import user_call
 from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
 from mpidist.values.regroup import select_local
@@ -147,7 +148,9 @@ class MirroredVariable(DistributedVariable):
         local = ctx._local_replica_id
         if self._aggregation is VariableAggregation.NONE:
             return self._values[local]._update(kind, value, read_value)
-        return ctx.merge_call(self._merge_update, args=(kind, value, read_value))
+        # Aggregated across replicas (collective under MultiWorkerMirroredStrategy).
+        with user_call(f"MirroredVariable.{kind}", aggregation=self._aggregation.name):
+            return ctx.merge_call(self._merge_update, args=(kind, value, read_value))
 
     def _merge_update(self, strategy, kind, value, read_value):
         extended = strategy.extended
@@ -175,13 +178,16 @@ class SyncOnReadVariable(DistributedVariable):
 
     def _aggregated(self):
         components = PerReplica([c._value for c in self._values], self._devices)
-        if self._aggregation is VariableAggregation.ONLY_FIRST_REPLICA:
-            # Replica 0 of the whole job: under MultiWorkerMirroredStrategy the chief's copy,
-            # so every worker reads (and checkpoints) the same value.
-            return as_array(self._distribute_strategy.extended._first_replica_value(components))
-        op = ReduceOp.from_variable_aggregation(self._aggregation)
-        with self._own_scope():
-            return as_array(self._distribute_strategy.reduce(op, components, axis=None))
+        # Collective under MultiWorkerMirroredStrategy: name the read in mismatch errors.
+        with user_call("reading a SyncOnReadVariable"):
+            if self._aggregation is VariableAggregation.ONLY_FIRST_REPLICA:
+                # Replica 0 of the whole job: under MultiWorkerMirroredStrategy the chief's
+                # copy, so every worker reads (and checkpoints) the same value.
+                return as_array(
+                    self._distribute_strategy.extended._first_replica_value(components))
+            op = ReduceOp.from_variable_aggregation(self._aggregation)
+            with self._own_scope():
+                return as_array(self._distribute_strategy.reduce(op, components, axis=None))
 
     def _current_array(self):
         ctx = self._replica_context()

@@ -12,6 +12,7 @@ from mpidist.backend import array_module, as_array, copy_to_device, device_of
 from mpidist.core import state
 from mpidist.core.devices import parse_device
 from mpidist.types import VariableAggregation, VariableSynchronization
+from mpidist.values.containers import PerReplica
 
 __all__ = ["Variable", "as_aggregation", "as_synchronization"]
 
@@ -49,6 +50,25 @@ class _VariableMeta(type):
         return creator(*args, **kwargs)
 
 
+def _short(x):
+    text = " ".join(repr(x).split())  # one line, so messages stay greppable
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _as_shape(shape):
+    """``shape`` as a tuple of ints; TypeError naming it otherwise."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        return (int(shape),)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or isinstance(shape, str) or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
+        raise TypeError(f"shape must be a tuple of ints such as (3, 2), got {shape!r}.")
+    return tuple(int(d) for d in dims)
+
+
 def _initial_array(initial_value, dtype, shape):
     if initial_value is None:
         raise ValueError("initial_value must be specified: pass an array, a number or a callable.")
@@ -56,10 +76,24 @@ def _initial_array(initial_value, dtype, shape):
         initial_value = initial_value()
     if isinstance(initial_value, Variable):
         initial_value = initial_value.read_value()
+    if isinstance(initial_value, PerReplica):
+        initial_value.__array__()  # raises TF's message: use strategy.run / reduce
     xp = array_module(initial_value)
-    arr = xp.asarray(initial_value if xp is not np else as_array(initial_value),
-                     dtype=np.dtype(dtype) if dtype is not None else None)
-    if shape is not None and tuple(arr.shape) != tuple(shape):
+    try:
+        arr = xp.asarray(initial_value if xp is not np else as_array(initial_value),
+                         dtype=np.dtype(dtype) if dtype is not None else None)
+    except ValueError as exc:  # ragged nested lists, strings that are not numbers
+        raise ValueError(
+            f"initial_value {_short(initial_value)} cannot become an array"
+            + (f" of dtype {dtype}" if dtype is not None else "")
+            + f" ({exc}); pass an array or a nested list of equal-length rows."
+        ) from None
+    if arr.dtype.kind == "O":
+        raise TypeError(
+            f"initial_value {_short(initial_value)} gives an array of Python objects; a "
+            "Variable holds numbers (or strings): pass numeric values or set dtype."
+        )
+    if shape is not None and tuple(arr.shape) != _as_shape(shape):
         raise ValueError(
             f"initial_value has shape {tuple(arr.shape)} but shape={tuple(shape)} was requested."
         )
@@ -88,6 +122,8 @@ class Variable(metaclass=_VariableMeta):
                  aggregation=VariableAggregation.NONE, shape=None, device=None):
         synchronization = as_synchronization(synchronization)
         aggregation = as_aggregation(aggregation)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"Variable name must be a string, got {name!r}.")
         device = parse_device(device) if device is not None else None
         arr = _initial_array(initial_value, dtype, shape)
         self._value = copy_to_device(arr, device)
@@ -196,7 +232,23 @@ class Variable(metaclass=_VariableMeta):
         """``value`` as an array ready to store: same shape, castable dtype; raises otherwise."""
         if isinstance(value, Variable):
             value = value._current_array()
-        arr = as_array(value, self._device)
+        if isinstance(value, PerReplica):
+            value.__array__()  # raises TF's message: use strategy.run / reduce
+        try:
+            arr = as_array(value, self._device)
+        except ValueError:  # a ragged nested list has no array form
+            raise ValueError(
+                f"Cannot assign {_short(value)} to variable {self._name!r}: it is not an array "
+                f"of shape {self.shape}; pass an array or a nested list of equal-length rows."
+            ) from None
+        kind, own = arr.dtype.kind, self.dtype.kind
+        if (kind in "OSUV" or kind == "b") and kind != own:
+            raise TypeError(
+                f"Cannot assign {_short(value)} (dtype {arr.dtype}) to variable {self._name!r} "
+                f"of dtype {self.dtype}: pass a numeric array of shape {self.shape}"
+                + (" (booleans are not numbers here: cast with .astype first)." if kind == "b"
+                   else ".")
+            )
         if tuple(arr.shape) != self.shape:
             raise ValueError(
                 f"Cannot assign a value of shape {tuple(arr.shape)} to variable {self._name!r} of "

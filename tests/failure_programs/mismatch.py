@@ -1,7 +1,7 @@
 """Ranks all-reduce tensors that do not match; every rank must get the same clear
 InvalidArgumentError, catch it, and carry on with a correct collective.
 
-Usage: ``mismatch.py WHAT`` where WHAT is
+Usage: ``mismatch.py WHAT [uncaught]`` (``uncaught``: let the error end the job) where WHAT is
   shape   -- rank 1 reduces shape (4,), the others (5,) (one replica per rank, strategy.reduce);
   dtype   -- rank 1 reduces float32, the others float64;
   replica -- two CPU replicas per rank, ReplicaContext.all_reduce inside strategy.run, rank 1's
@@ -21,6 +21,8 @@ strategy, rank, size = make_strategy(local_devices=devices)
 train_step(strategy)
 length = 4 if (rank == 1 and what != "dtype") else 5
 dtype = np.float32 if (rank == 1 and what == "dtype") else np.float64
+if sys.argv[2:] == ["uncaught"]:
+    train_step(strategy, length, dtype)
 try:
     if what == "replica":
         def step():

@@ -26,7 +26,7 @@ LAYERS = [
     ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli", "mpidist.cli_info",
              "mpidist.cli_bench", "mpidist.cli_plot", "mpidist.experimental",
              "mpidist.nn", "mpidist.optimizers", "mpidist.metrics", "mpidist.train",
-             "mpidist.callbacks"]),
+             "mpidist.callbacks", "mpidist.launch", "mpidist.guard"]),
 ]
 
 

@@ -332,7 +332,7 @@ class TestSaveCounterAndStatus:
         assert a.numpy() == 1.0
         assert status.unused == ("b",) and status.unmatched == ()
         status.assert_existing_objects_matched().assert_nontrivial_match()
-        with pytest.raises(AssertionError, match=r"no variable took: 'b'"):
+        with pytest.raises(AssertionError, match=r"no variable has taken yet: 'b'"):
             status.assert_consumed()
         assert status.expect_partial() is status
         c = plain(7.0)

@@ -132,11 +132,45 @@ def test_fingerprint_separates_every_field_and_the_sequence_number():
 
 
 def test_differing_fields_are_named():
-    a = (5, "all_reduce", (("op", "sum"), ("dtype", "float32"), ("shape", (4,))))
-    b = (5, "all_reduce", (("op", "sum"), ("dtype", "float32"), ("shape", (5,))))
-    c = (6, "broadcast", (("root", 0),))
+    a = (5, "all_reduce", (("op", "sum"), ("dtype", "float32"), ("shape", (4,))), ())
+    b = (5, "all_reduce", (("op", "sum"), ("dtype", "float32"), ("shape", (5,))), ())
+    c = (6, "broadcast", (("root", 0),), ())
     assert _differing_fields([a, b]) == ["shape"]
     assert _differing_fields([a, c]) == ["sequence number", "operation"]
+
+
+def test_differing_public_calls_and_their_arguments_are_named_first():
+    fields = (("op", "sum"), ("dtype", "float32"), ("shape", (4,)))
+    reduce_sum = (("Strategy.reduce", (("reduce_op", "SUM"), ("axis", None))),)
+    reduce_mean = (("Strategy.reduce", (("reduce_op", "MEAN"), ("axis", None))),)
+    save = (("Checkpoint.save", ()),)
+    assert _differing_fields([(5, "all_reduce", fields, reduce_sum),
+                              (5, "all_reduce", fields, reduce_mean)]) == [
+        "Strategy.reduce's argument reduce_op"]
+    assert _differing_fields([(5, "all_reduce", fields, save),
+                              (5, "finalize", (), ())]) == [
+        "the public call (Checkpoint.save vs the end of the program)", "operation"]
+    nested = (("fit", ()), ("ReplicaContext.all_reduce", (("reduce_op", "SUM"),)))
+    assert _differing_fields([(5, "all_reduce", fields, nested),
+                              (5, "all_reduce", fields, reduce_sum)]) == [
+        "the public call (Strategy.reduce vs fit > ReplicaContext.all_reduce)"]
+
+
+def test_collective_call_describes_the_public_call_and_fingerprints_its_arguments():
+    from mpidist.core.user_calls import current_label, user_call  # noqa: PLC0415
+
+    with user_call("Strategy.reduce", reduce_op="SUM", axis=None):
+        assert current_label() == "Strategy.reduce"
+        summed = CollectiveCall("all_reduce", op="sum", dtype="float32", shape=(4,))
+    with user_call("Strategy.reduce", reduce_op="MEAN", axis=None):
+        averaged = CollectiveCall("all_reduce", op="sum", dtype="float32", shape=(4,))
+    bare = CollectiveCall("all_reduce", op="sum", dtype="float32", shape=(4,))
+    assert current_label() == ""
+    assert summed.describe() == (
+        "all_reduce(op=sum, dtype=float32, shape=[4]) in Strategy.reduce(reduce_op=SUM, axis=None)")
+    assert bare.describe() == "all_reduce(op=sum, dtype=float32, shape=[4])"
+    assert len({summed.fingerprint(3), averaged.fingerprint(3), bare.fingerprint(3)}) == 3
+    assert CollectiveCall("finalize").describe() == "finalize() at the end of the program"
 
 
 # -- packing ---------------------------------------------------------------------------------

@@ -256,3 +256,67 @@ def test_progress_bar_on_a_terminal():
     out = _run_script(1, tty=True)
     assert "Epoch 1/2" in out and "Epoch 2/2" in out
     assert "4/4" in out and "step" in out  # tqdm's counter over the epoch's 4 steps
+
+
+# -- which strategy fit and evaluate run under ---------------------------------------------------
+def _model_and_optimizer(strategy):
+    with strategy.scope():
+        return Linear(), mpidist.optimizers.SGD(0.05, momentum=0.5)
+
+
+def _dataset():
+    return Dataset.from_tensor_slices((X, Y)).batch(16)
+
+
+def test_fit_without_strategy_uses_the_strategy_of_the_models_variables():
+    """As docs/training.md shows: build in strategy.scope(), then fit(model, ...) with no
+    strategy=. It must train under that strategy (same weights as passing it), not the
+    default one."""
+    strategy = mirrored(2)
+    implicit, opt = _model_and_optimizer(strategy)
+    mpidist.fit(implicit, _dataset(), epochs=2, optimizer=opt, verbose=0)
+    explicit, opt2 = _model_and_optimizer(strategy)
+    mpidist.fit(explicit, _dataset(), epochs=2, optimizer=opt2, strategy=strategy, verbose=0)
+    np.testing.assert_array_equal(implicit.w.numpy(), explicit.w.numpy())
+    assert float(np.abs(implicit.w.numpy()).sum()) > 0.1  # it trained
+    logs = mpidist.evaluate(implicit, _dataset())
+    assert logs == mpidist.evaluate(implicit, _dataset(), strategy=strategy)
+
+
+def test_fit_with_another_strategy_than_the_variables_names_both_and_trains_nothing():
+    owner, other = mirrored(2), mirrored(2)
+    model, opt = _model_and_optimizer(owner)
+    for call in (lambda: mpidist.fit(model, _dataset(), optimizer=opt, strategy=other, verbose=0),
+                 lambda: mpidist.evaluate(model, _dataset(), strategy=other)):
+        with pytest.raises(ValueError, match=r"strategy=MirroredStrategy at 0x[0-9a-f]+ but the "
+                           r"model's variables were created under MirroredStrategy at") as info:
+            call()
+        assert f"{id(other):#x}" in str(info.value) and f"{id(owner):#x}" in str(info.value)
+        assert "Pass the strategy whose scope created the model" in str(info.value)
+    np.testing.assert_array_equal(model.w.numpy(), np.zeros(3))
+    assert int(opt.iterations.numpy()) == 0
+
+
+def test_fit_with_an_optimizer_of_another_scope_is_refused_before_training():
+    model, _ = _model_and_optimizer(mirrored(2))
+    loose = mpidist.optimizers.SGD(0.05)  # created outside the scope
+    with pytest.raises(ValueError, match=r"the optimizer was created outside any strategy's "
+                       r"scope but the model's variables under MirroredStrategy"):
+        mpidist.fit(model, _dataset(), optimizer=loose, verbose=0)
+    np.testing.assert_array_equal(model.w.numpy(), np.zeros(3))
+
+
+def test_fit_with_variables_of_two_strategies_names_them():
+    first, second = mirrored(2), mirrored(2)
+    model, opt = _model_and_optimizer(first)
+    with second.scope():
+        model.b = mpidist.Variable(0.0, name="b2")
+    with pytest.raises(ValueError, match=r"belong to 2 different strategies .*'w:0'.*'b2:0'"):
+        mpidist.fit(model, _dataset(), optimizer=opt, verbose=0)
+
+
+@pytest.mark.parametrize("optimizer", [None, "sgd", 0.1])
+def test_fit_with_something_else_than_an_optimizer_says_what_to_pass(optimizer):
+    model, _ = _model_and_optimizer(mpidist.OneDeviceStrategy("/cpu:0"))
+    with pytest.raises(TypeError, match=r"optimizer must be an mpidist.optimizers optimizer"):
+        mpidist.fit(model, _dataset(), optimizer=optimizer, verbose=0)

@@ -1,0 +1,138 @@
+"""What users hand to ``Dataset`` methods, checked and converted before a dataset is built.
+
+Data (``from_tensor_slices``, ``from_tensors``, generator elements, ``map`` results) becomes
+host arrays in its structure: tuples and dicts stay structure, a Python list is data (one
+array), as in tf.data; what cannot be an array (ragged lists, None, Python objects) is refused
+with the value and the fix. Counts, sizes, seeds and flags are checked for type and range, so
+``batch(2.5)``, ``shard("2", 0)`` or ``drop_remainder="False"`` never silently mean something
+else.
+"""
+
+import collections.abc
+
+import numpy as np
+
+from mpidist.backend import as_array, is_array
+from mpidist.core import nest
+from mpidist.data.spec import TensorSpec
+from mpidist.errors import InvalidArgumentError
+
+__all__ = ["to_data", "short", "flatten_up_to", "positive_int", "count_int", "count_or_all",
+           "flag", "check_signature", "seed_int"]
+
+
+def to_data(x, what):
+    """User input as a data structure: tuples / dicts stay structure, everything else an array.
+    ``what`` names where the value came from, for the error a value that is no array gets."""
+    if isinstance(x, (tuple, collections.abc.Mapping)):
+        return nest.map_structure(lambda leaf: _leaf_array(leaf, what), _lists_as_leaves(x))
+    return _leaf_array(x, what)
+
+
+def _lists_as_leaves(x):
+    # nest treats lists as structure; tf.data treats them as tensors, so wrap them first.
+    if isinstance(x, list):
+        return _ListLeaf(x)
+    if isinstance(x, collections.abc.Mapping):
+        items = {k: _lists_as_leaves(v) for k, v in x.items()}
+        return items if type(x) is dict else type(x)(items)
+    if isinstance(x, tuple):
+        items = [_lists_as_leaves(v) for v in x]
+        return type(x)._make(items) if nest.is_namedtuple(x) else tuple(items)
+    return x
+
+
+class _ListLeaf:
+    __slots__ = ("items",)
+
+    def __init__(self, items):
+        self.items = items
+
+
+def _leaf_array(x, what):
+    if isinstance(x, _ListLeaf):
+        x = x.items
+    given = x
+    if is_array(x):
+        x = as_array(x)  # device arrays are brought to the host: pipelines run there
+    else:
+        try:
+            x = np.asarray(x)
+        except ValueError:  # NumPy's "inhomogeneous shape": nested lists of unequal lengths
+            raise ValueError(
+                f"{what}: cannot convert a non-rectangular Python sequence to an array "
+                f"({short(given)}): every row must have the same length. Pad the rows, or make "
+                "each one a separate element.") from None
+    if x.dtype == object:
+        raise ValueError(
+            f"{what}: {short(given)} holds Python objects (None, sets, mixed types), which a "
+            "dataset cannot carry: give numbers, booleans or strings (NumPy arrays of them).")
+    return x
+
+
+def short(x):
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def flatten_up_to(structure, value):
+    """``value``'s parts at the leaves of ``structure`` (a shape tuple is one leaf there)."""
+    if not nest.is_nested(structure):
+        return [value]
+    mismatch = ValueError(f"output_shapes {value!r} does not match output_types {structure!r}: "
+                          "give one shape per type, in the same structure.")
+    if isinstance(structure, collections.abc.Mapping):
+        if not isinstance(value, collections.abc.Mapping) or set(value) != set(structure):
+            raise mismatch
+        parts = [value[k] for k in sorted(structure)]
+        children = [structure[k] for k in sorted(structure)]
+    else:
+        if not isinstance(value, (tuple, list)) or len(value) != len(structure):
+            raise mismatch
+        parts, children = list(value), list(structure)
+    return [leaf for child, part in zip(children, parts) for leaf in flatten_up_to(child, part)]
+
+
+def positive_int(name, value):
+    value = count_int(name, value)
+    if value <= 0:
+        raise InvalidArgumentError(f"{name} must be greater than zero, got {value}.")
+    return value
+
+
+def count_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}.")
+    return int(value)
+
+
+def count_or_all(name, value, meaning):
+    """A count where -1 means all; other negatives are refused (tf.data reads them as -1)."""
+    value = count_int(name, value)
+    if value < -1:
+        raise InvalidArgumentError(
+            f"{name} must be >= 0, or -1 to {meaning}; got {value}.")
+    return value
+
+
+def flag(name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r} of type "
+                        f"{type(value).__name__}.")
+    return bool(value)
+
+
+def check_signature(name, signature):
+    """Every leaf of ``signature`` is a TensorSpec (a dtype alone says nothing of the shape)."""
+    for leaf in nest.flatten(signature):
+        if not isinstance(leaf, TensorSpec):
+            raise TypeError(
+                f"{name} must be a TensorSpec or a tuple / dict of them, e.g. "
+                f"mpidist.data.TensorSpec(shape=(None,), dtype=np.float32); got {short(leaf)} "
+                f"in {short(signature)}.")
+
+
+def seed_int(seed):
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int or None, got {seed!r}.")
+    return int(seed)

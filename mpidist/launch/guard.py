@@ -1,0 +1,131 @@
+"""The per-rank guard: ``python -m mpidist.guard [--] PROGRAM [ARGS...]``.
+
+A launcher (mpiexec, srun) starts the guard in place of the rank's program. The guard does
+not start MPI. It starts the program as its child with the same environment and the same open
+files (the launcher's PMI_FD, Slurm's pmi2 and Open MPI's PMIx variables), so the program's
+MPI_Init talks to the launcher as if the launcher had started it. Then it:
+
+- makes the program die with it (Linux ``PR_SET_PDEATHSIG``): a launcher that kills the guard
+  with SIGKILL leaves no orphan rank behind;
+- forwards SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 (Slurm's time-limit signal);
+- waits, and when the program dies abnormally prints one report on stderr: rank, host, pid,
+  exit status or signal, and the last collective the rank entered (from the rank-state file,
+  ``mpidist.comm.rank_state``); then exits with the program's code, or 128 + the signal.
+
+No report when the program exits 0, or after a forwarded signal (the job is being stopped, or
+asked to back up, and the launcher says so). Exit status 1 (an uncaught exception, whose
+traceback is already above) gets a one-line note instead of a report.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+from mpidist.comm.mpi import launcher_world_size
+from mpidist.comm.rank_state import ENV_VARIABLE, create_state_file, read_state_file
+from mpidist.launch.deaths import claim_first_death
+from mpidist.launch.report import death_report, exit_code_of, later_death_note
+from mpidist.launch.signals import forward_signals
+from mpidist.logs import launcher_rank
+
+__all__ = ["main", "run_guarded"]
+
+USAGE = ("usage: python -m mpidist.guard [--report-dir DIR] [--] PROGRAM [ARGS...]\n"
+         "  e.g. srun --mpi=pmi2 -n 4 python -m mpidist.guard -- python train.py\n")
+_PR_SET_PDEATHSIG = 1
+
+
+def main(argv=None):
+    """Entry point of ``python -m mpidist.guard``: returns the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    report_dir = None
+    if argv[:1] == ["--report-dir"]:  # set by `mpidist run`, which reads it after the job
+        if len(argv) < 2:
+            sys.stderr.write("mpidist.guard: --report-dir needs a directory\n" + USAGE)
+            return 2
+        report_dir, argv = argv[1], argv[2:]
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stderr.write(USAGE)
+        return 0 if argv else 2
+    return run_guarded(argv, report_dir)
+
+
+def run_guarded(command, report_dir=None):
+    """Run ``command`` (a list) as the guarded program; its exit code, or 128 + signal."""
+    path, fd = _state_file()
+    try:
+        env = dict(os.environ)
+        env[ENV_VARIABLE] = path
+        try:
+            child = subprocess.Popen(command, env=env, close_fds=False,
+                                     preexec_fn=_die_with_parent())
+        except OSError as err:
+            # What a shell says and returns for a program that cannot run.
+            code = 127 if isinstance(err, FileNotFoundError) else 126
+            _write(f"mpidist.guard: cannot start {command[0]!r}: {err.strerror}. Give the "
+                   f"program as it would run without the guard, e.g. `python train.py`.\n")
+            return code
+        received = forward_signals(child)
+        returncode = child.wait()
+        if returncode != 0 and not received:  # after a forwarded signal the launcher speaks
+            _report(returncode, read_state_file(path), child.pid, command, report_dir)
+        return exit_code_of(returncode)
+    finally:
+        os.close(fd)
+        if not path.startswith("/proc/"):
+            os.unlink(path)
+
+
+def _state_file():
+    """``(path for the program, fd)`` of a new rank-state file. On Linux the file is unlinked
+    at once and the program opens it through /proc/<guard>/fd/<fd>: a guard killed with
+    SIGKILL (as mpiexec ends the other ranks) leaves nothing behind in /dev/shm."""
+    path = create_state_file()
+    fd = os.open(path, os.O_RDWR)
+    through_proc = f"/proc/{os.getpid()}/fd/{fd}"
+    if os.path.exists(through_proc):
+        os.unlink(path)
+        return through_proc, fd
+    return path, fd
+
+
+def _report(returncode, state, pid, command, report_dir):
+    if state is not None:  # MPI's own numbering, once the program had a communicator
+        rank, size = state.rank, state.size
+    else:
+        announced = launcher_world_size()
+        rank, size = launcher_rank(), None if announced is None else announced[1]
+    host = socket.gethostname()
+    first = claim_first_death(report_dir, rank, exit_code_of(returncode))
+    if first is None:
+        _write(death_report(returncode, state, rank, size, host, pid, command))
+    else:
+        _write(later_death_note(returncode, rank, host, pid, first))
+
+
+def _die_with_parent():
+    """A ``preexec_fn`` that makes the child get SIGKILL when the guard dies (Linux), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # noqa: PLC0415 - Linux only
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    guard = os.getpid()
+
+    def set_death_signal():
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != guard:  # the guard died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return set_death_signal
+
+
+def _write(text):
+    """One write: a report from one rank does not interleave with another rank's lines."""
+    data = text.encode("utf-8", "replace")
+    while data:
+        data = data[os.write(2, data):]

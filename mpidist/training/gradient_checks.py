@@ -1,0 +1,148 @@
+"""What ``Optimizer.apply_gradients`` checks before it communicates or writes anything.
+
+Every mistake is caught here, at the public boundary, with an error that names the offending
+pair and says the fix, so that nothing is half-applied: no variable, slot or ``iterations``
+changes when a check fails. The checks are one pass over the pairs with cheap type tests, so
+the hot path (arrays of the right dtype and shape) pays a few attribute reads per variable.
+"""
+
+import numpy as np
+
+from mpidist.strategies.context import has_strategy
+from mpidist.values.containers import DistributedValues
+from mpidist.values.variables import Variable
+
+__all__ = ["checked_pairs"]
+
+# Gradient dtypes a real variable accepts: they are cast to the variable's dtype.
+_REAL_KINDS = frozenset("iuf")
+
+
+def _short(x):
+    text = " ".join(repr(x).split())  # one line, so messages stay greppable
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _describe_owner(var):
+    owner = getattr(var, "distribute_strategy", None) or getattr(var, "_distribute_strategy", None)
+    return "outside any strategy scope" if owner is None else f"in the scope of {owner}"
+
+
+def _as_gradient(g, index, var):
+    """``g`` as an array (NumPy or CuPy arrays pass through untouched)."""
+    if isinstance(getattr(g, "dtype", None), np.dtype) and hasattr(g, "shape") \
+            and not isinstance(g, Variable):
+        return g
+    if isinstance(g, DistributedValues) and not isinstance(g, Variable):
+        raise TypeError(
+            f"apply_gradients: the gradient of pair {index} (for variable {var.name!r}) is a "
+            f"{type(g).__name__}; call apply_gradients inside strategy.run, where each replica "
+            "passes its own gradient array."
+        )
+    if isinstance(g, Variable):
+        return g.read_value()
+    try:
+        return np.asarray(g)
+    except ValueError:  # a ragged nested list has no array form
+        raise ValueError(
+            f"apply_gradients: the gradient of pair {index} (for variable {var.name!r}) is not "
+            f"an array: {_short(g)}; pass an array of shape {tuple(var.shape)}."
+        ) from None
+
+
+def _check_name(name):
+    if name is None or isinstance(name, str):
+        return
+    if isinstance(name, (list, tuple)) or hasattr(name, "__iter__"):
+        raise TypeError(
+            "apply_gradients takes ONE iterable of (gradient, variable) pairs; its second "
+            f"argument is `name`, got {type(name).__name__} {_short(name)}. It looks like "
+            "apply_gradients(gradients, variables) was called: pass "
+            "zip(gradients, variables) instead."
+        )
+    raise TypeError(f"apply_gradients: `name` must be a string or None, got {_short(name)}.")
+
+
+def checked_pairs(grads_and_vars, name, strategy):
+    """The ``(gradient array, variable)`` pairs with a gradient, checked against ``strategy``
+    (the strategy apply_gradients runs under).
+
+    Raises:
+        TypeError: not an iterable of pairs, a pair in the wrong order, a variable that is not
+            an ``mpidist.Variable``, a gradient that is distributed or not a real number.
+        ValueError: a pair of the wrong length, a shape mismatch, a variable listed twice, a
+            variable of another strategy, or no gradient at all.
+    """
+    _check_name(name)
+    if isinstance(grads_and_vars, (Variable, DistributedValues, str, bytes, dict)) \
+            or hasattr(grads_and_vars, "dtype") or not hasattr(grads_and_vars, "__iter__"):
+        raise TypeError(
+            "apply_gradients takes an iterable of (gradient, variable) pairs, got "
+            f"{type(grads_and_vars).__name__} {_short(grads_and_vars)}; pass e.g. "
+            "zip(gradients, variables)."
+        )
+    extended = strategy.extended
+    pairs = []
+    seen = {}
+    for index, item in enumerate(grads_and_vars):
+        if type(item) is not tuple and not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ValueError(
+                f"apply_gradients: element {index} of grads_and_vars is {type(item).__name__} "
+                f"{_short(item)}; each element must be a (gradient, variable) pair: pass "
+                "zip(gradients, variables)."
+            )
+        g, v = item
+        if not isinstance(v, Variable):
+            if isinstance(g, Variable):
+                raise TypeError(
+                    f"apply_gradients: pair {index} is (variable {g.name!r}, {_short(v)}): the "
+                    "order is (gradient, variable); pass zip(gradients, variables)."
+                )
+            raise TypeError(
+                f"apply_gradients: the variable of pair {index} is {type(v).__name__} "
+                f"{_short(v)}, not an mpidist.Variable; pass the variables the model trains "
+                "(created with mpidist.Variable inside strategy.scope())."
+            )
+        previous = seen.get(id(v))
+        if previous is not None:
+            raise ValueError(
+                f"apply_gradients: variable {v.name!r} appears twice (pairs {previous} and "
+                f"{index}); add its gradients together and pass the variable once."
+            )
+        seen[id(v)] = index
+        if g is None:
+            continue
+        if not extended.variable_created_in_scope(v):
+            owner = getattr(v, "distribute_strategy", None)
+            if owner is not None and not has_strategy():
+                # The usual slip: the step was called directly, not through strategy.run.
+                raise ValueError(
+                    f"apply_gradients: variable {v.name!r} belongs to {owner}, but "
+                    "apply_gradients was called outside it (no strategy.run or scope is "
+                    "active). Call it inside the step that `strategy.run(step, args=...)` runs.")
+            raise ValueError(
+                f"apply_gradients: variable {v.name!r} was created {_describe_owner(v)}, but "
+                f"apply_gradients runs under {strategy}. Create the variables (and the "
+                "optimizer) inside `with strategy.scope():` of the strategy that trains them."
+            )
+        g = _as_gradient(g, index, v)
+        kind = g.dtype.kind
+        if kind not in _REAL_KINDS and not (kind == "c" and v.dtype.kind == "c"):
+            raise TypeError(
+                f"apply_gradients: the gradient of pair {index} (for variable {v.name!r} of "
+                f"dtype {v.dtype}) has dtype {g.dtype}; gradients must be real numbers "
+                f"(float or integer). Cast it, e.g. g.astype({v.dtype.name!r})."
+            )
+        if g.shape != v.shape:
+            raise ValueError(
+                f"Gradient of shape {tuple(g.shape)} does not match variable {v.name!r} of "
+                f"shape {tuple(v.shape)} (pair {index}); pass a gradient of the variable's "
+                "shape."
+            )
+        pairs.append((g, v))
+    if not pairs:
+        raise ValueError(
+            "No gradients provided for any variable: every gradient is None (or "
+            "grads_and_vars is empty); check that the loss depends on the variables."
+        )
+    return pairs
