@@ -64,12 +64,13 @@ class DistributeOptions:
 
 
 def _unknown_option(options, name, known):
-    # AttributeError, as tf.data raises for an option it does not have; a misspelt option that
-    # was silently stored would leave the setting the user meant at its default.
+    # A misspelt option that was silently stored would leave the setting the user meant at its
+    # default. tf.data raises AttributeError here; a ValueError (a bad argument, with the
+    # fields there are) keeps AttributeError for Python's own meaning.
     where = ""
     if name == "auto_shard_policy" and isinstance(options, Options):
         where = " It lives in options.experimental_distribute.auto_shard_policy."
-    return AttributeError(
+    return ValueError(
         f"Cannot set the option {name!r} on {type(options).__name__}: it has only "
         f"{', '.join(known)}.{where}")
 

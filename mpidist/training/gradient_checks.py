@@ -117,9 +117,10 @@ def checked_pairs(grads_and_vars, name, strategy):
             if owner is not None and not has_strategy():
                 # The usual slip: the step was called directly, not through strategy.run.
                 raise ValueError(
-                    f"apply_gradients: variable {v.name!r} belongs to {owner}, but "
-                    "apply_gradients was called outside it (no strategy.run or scope is "
-                    "active). Call it inside the step that `strategy.run(step, args=...)` runs.")
+                    f"apply_gradients: variable {v.name!r} was created in the scope of {owner}, "
+                    "but apply_gradients was called where no strategy is active (outside its "
+                    "run and scope). Call it inside the step that `strategy.run(step, "
+                    "args=...)` runs, with the strategy that created the variable.")
             raise ValueError(
                 f"apply_gradients: variable {v.name!r} was created {_describe_owner(v)}, but "
                 f"apply_gradients runs under {strategy}. Create the variables (and the "

@@ -50,11 +50,9 @@ def _positive_float(name, value, allow_zero=False):
     return value
 
 
-class UnknownSlotError(ValueError, KeyError):
-    """``get_slot`` of a variable or slot name the optimizer does not have. A ValueError (bad
-    argument) that is also a KeyError, so code written for Keras 2's KeyError still works."""
-
-    __str__ = Exception.__str__  # KeyError would quote the message
+class UnknownSlotError(ValueError):
+    """``get_slot`` of a variable or slot name the optimizer does not have (a bad argument;
+    Keras 2 raised a bare KeyError from its slot dictionary)."""
 
 
 def _short_repr(x):
@@ -147,8 +145,8 @@ class Optimizer:
             restore_deferred()  # TF's deferred restoration, before any update reads the slots
 
     def get_slot(self, var, slot_name):
-        """The slot variable ``slot_name`` of ``var``; UnknownSlotError (a ValueError that is
-        also a KeyError, as Keras 2 raised) if it has none."""
+        """The slot variable ``slot_name`` of ``var``; UnknownSlotError (a ValueError) if it has
+        none."""
         index = self._var_index.get(id(var))
         shown = getattr(var, "name", None) or _short_repr(var)
         if index is None:

@@ -77,6 +77,18 @@ class DistributedValues:
 class PerReplica(DistributedValues):
     """Holds one possibly different value per replica."""
 
+    def __getattr__(self, name):
+        # Only reached for names a PerReplica lacks: ``x.shape``, ``x.astype(...)``, ``x.sum()``
+        # on a run's result. Say what a PerReplica is (still an AttributeError, so hasattr and
+        # getattr with a default behave as Python's protocol says).
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"'PerReplica' object has no attribute {name!r}: it holds one value per replica "
+            f"({len(self._values)} here), not an array. Combine them with "
+            "strategy.reduce(...) or strategy.gather(...), take this worker's components with "
+            "strategy.experimental_local_results(...), or use the value inside strategy.run.")
+
     def __array__(self, dtype=None, copy=None):
         mode = state.current_mode()
         if mode.replica_context is not None and not mode.is_default and len(self._values) > 1:

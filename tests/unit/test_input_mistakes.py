@@ -339,12 +339,12 @@ def test_from_generator_mistakes():
 def test_auto_shard_policy_set_on_the_wrong_object():
     """``options.auto_shard_policy = OFF`` used to be stored and ignored: the policy stayed AUTO."""
     options = Options()
-    with pytest.raises(AttributeError, match=r"Cannot set the option 'auto_shard_policy' on "
+    with pytest.raises(ValueError, match=r"Cannot set the option 'auto_shard_policy' on "
                                              r"Options.*options\.experimental_distribute\."
                                              "auto_shard_policy"):
         options.auto_shard_policy = AutoShardPolicy.OFF
     assert options.experimental_distribute.auto_shard_policy is AutoShardPolicy.AUTO
-    with pytest.raises(AttributeError, match="Cannot set the option 'auto_shard' on "
+    with pytest.raises(ValueError, match="Cannot set the option 'auto_shard' on "
                                              "DistributeOptions: it has only auto_shard_policy"):
         options.experimental_distribute.auto_shard = AutoShardPolicy.OFF
     with pytest.raises(TypeError, match="auto_shard_policy must be an mpidist.data.experimental."

@@ -165,7 +165,7 @@ def test_slots_are_mirrored_like_their_variables():
     opt.build([w])
     assert isinstance(opt.get_slot(w, "m"), mpidist.MirroredVariable)
     assert isinstance(opt.iterations, mpidist.MirroredVariable)
-    with pytest.raises(KeyError, match="no slot 'momentum'"):
+    with pytest.raises(ValueError, match="no slot 'momentum'"):
         opt.get_slot(w, "momentum")
 
 
