@@ -4,6 +4,7 @@
     mpidist bench allreduce [--sizes 8:64M] [--ops sum,max] [--dtype float32]
                             [--iters N | --min-time S] [--json | --csv] [--plot out.png]
     mpidist bench batch [--tensors 100] [--tensor-size 1000] [--json|--csv] [--plot out.png]
+    mpidist bench step [--quick] [--paths allreduce,apply_gradients,fit] [--json|--markdown]
     mpidist run [-n N] [--launcher auto|mpiexec|srun] [LAUNCHER OPTIONS] -- PROGRAM [ARGS...]
 
 Run alone, or under ``mpiexec`` / ``srun`` (every rank runs the command; rank 0 prints).
@@ -135,7 +136,7 @@ def build_parser():
     bench = commands.add_parser("bench", help="all-reduce benchmarks beside raw mpi4py",
                                 description="Benchmarks of mpidist's collectives beside raw "
                                             "mpi4py in the same job.")
-    kinds = bench.add_subparsers(dest="benchmark", metavar="{allreduce,batch}",
+    kinds = bench.add_subparsers(dest="benchmark", metavar="{allreduce,batch,step}",
                                  parser_class=_Parser)
     kinds.required = True
 
@@ -167,7 +168,48 @@ def build_parser():
                        help="element type (default float32)")
     _timing_options(batch)
     batch.set_defaults(func=cmd_bench_batch)
+    _add_step_parser(kinds)
     return parser
+
+
+def _paths(text):
+    from mpidist.cli_bench_step import PATHS  # noqa: PLC0415
+
+    paths = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in paths if p not in PATHS]
+    if not paths or bad:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: paths are a comma-separated list of {', '.join(PATHS)}")
+    return list(dict.fromkeys(paths))
+
+
+def _add_step_parser(kinds):
+    step = kinds.add_parser(
+        "step", help="the step a user writes (run + all_reduce, apply_gradients, fit)",
+        description="The paths a training step takes, each beside its raw baseline in the same "
+                    "job: strategy.run + ReplicaContext.all_reduce vs comm.Allreduce; "
+                    "apply_gradients with 10/100/1000 variables vs one packed Allreduce + a "
+                    "fused NumPy update; an mpidist.fit step with its communication share.")
+    step.add_argument("--paths", type=_paths, metavar="PATHS",
+                      default=["allreduce", "apply_gradients", "fit"],
+                      help="comma-separated subset of allreduce,apply_gradients,fit (default all)")
+    g = step.add_argument_group("timing")
+    g.add_argument("--min-time", type=_positive(float, "number of seconds"), metavar="S",
+                   help=f"seconds each timed sample lasts at least (default {DEFAULTS['min_time']})")
+    g.add_argument("--warmup", type=_non_negative_int, metavar="K",
+                   help=f"untimed calls of each case (default {DEFAULTS['warmup']})")
+    g.add_argument("--rounds", type=_positive(int, "integer"), metavar="R",
+                   help=f"interleaved timed rounds; the median is reported "
+                        f"(default {DEFAULTS['rounds']})")
+    g.add_argument("--quick", action="store_true",
+                   help="a small sweep for smoke tests: all-reduce at 4K and 256K, 10 and 100 "
+                        f"variables, 4 fit steps, {QUICK['rounds']} rounds of "
+                        f"{QUICK['min_time'] * 1e3:g} ms")
+    fmt = step.add_argument_group("output (rank 0)").add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="one JSON object: job facts, rows")
+    fmt.add_argument("--markdown", action="store_true",
+                     help="docs/performance.md's tables (and cost model) for this job")
+    step.set_defaults(func=cmd_bench_step, iters=None)
 
 
 # -- commands -------------------------------------------------------------------------------
@@ -320,6 +362,33 @@ def cmd_bench_batch(args):
         print("\n".join(cli_bench.batch_table(job, rows, _timer_text(settings))), flush=True)
 
     return _run_bench(args, run, emit)
+
+
+def cmd_bench_step(args):
+    from mpidist import cli_bench_step, cli_bench_step_report  # noqa: PLC0415
+
+    settings = _settings(args)
+    timer = _timer(settings)
+    try:
+        job, rows = cli_bench_step.run_step_sweep(timer, quick=args.quick, paths=args.paths)
+    except cli_bench.CheckFailed as err:
+        if err.detail:
+            _print_error(f"wrong results on this rank: {err.detail}")
+        raise CommandError(str(err), report=timer.control.Get_rank() == 0) from None
+    finally:
+        rank = timer.control.Get_rank()
+        timer.control.Free()
+    if rank != 0:
+        return 0
+    if args.json:
+        print(json.dumps({"benchmark": "step", "job": job, "settings": dict(
+            settings, quick=args.quick, paths=args.paths), "rows": rows}, indent=2), flush=True)
+    elif args.markdown:
+        print(cli_bench_step_report.render_markdown([{"job": job, "rows": rows}]), flush=True)
+    else:
+        print("\n".join(cli_bench_step_report.step_table(job, rows, _timer_text(settings))),
+              flush=True)
+    return 0
 
 
 # -- entry points ---------------------------------------------------------------------------

@@ -66,6 +66,23 @@ def _env_threads(name):
     return number
 
 
+_THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
+
+
+def _env_thread_level(name, default):
+    """One of mpi4py's thread level names, or None for ``default`` (mpi4py's own)."""
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw == "default":
+        return None
+    if raw in _THREAD_LEVELS:
+        return raw
+    warnings.warn(f"{name}={raw!r} is not one of {', '.join(_THREAD_LEVELS)} or 'default'. "
+                  f"Using {default!r}.", RuntimeWarning, stacklevel=3)
+    return default
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Settings read once from the environment.
@@ -94,6 +111,15 @@ class Config:
         full_tracebacks: ``MPIDIST_FULL_TRACEBACKS``: the report of an uncaught exception on
             a rank shows mpidist's own frames too (default: the user's frames and the public
             call they made, with the library's frames counted but hidden).
+        shm_min_bytes_one_node: ``MPIDIST_SHM_MIN_BYTES_ONE_NODE``: on a one-node job, the
+            size from which the shared-memory all-reduce beats the MPI library's (measured:
+            docs/multi_worker.md); never below ``shm_min_bytes``. None (``off``): never.
+        shm_min_bytes_across_nodes: ``MPIDIST_SHM_MIN_BYTES_ACROSS_NODES``: the same for a
+            job on several nodes (shared memory inside each node, MPI between them).
+        mpi_thread_level: ``MPIDIST_MPI_THREAD_LEVEL``: the MPI thread level that mpidist
+            asks for when it starts MPI: ``single``, ``funneled``, ``serialized`` (default)
+            or ``multiple``; a higher level chosen by the program (``mpi4py.rc``) wins.
+            None (``default``): leave mpi4py's own default (``multiple``).
     """
 
     log_level: str = ""
@@ -106,6 +132,9 @@ class Config:
     timeline_path: str = None
     rank_state_path: str = None
     full_tracebacks: bool = False
+    shm_min_bytes_one_node: int = 32 << 20
+    shm_min_bytes_across_nodes: int = 512 << 10
+    mpi_thread_level: str = "serialized"
 
     @classmethod
     def from_env(cls):
@@ -120,6 +149,11 @@ class Config:
             timeline_path=os.environ.get("MPIDIST_TIMELINE", "").strip() or None,
             rank_state_path=os.environ.get("MPIDIST_RANK_STATE", "").strip() or None,
             full_tracebacks=_env_bool("MPIDIST_FULL_TRACEBACKS", False),
+            shm_min_bytes_one_node=_env_number("MPIDIST_SHM_MIN_BYTES_ONE_NODE", 32 << 20,
+                                               kind=int),
+            shm_min_bytes_across_nodes=_env_number("MPIDIST_SHM_MIN_BYTES_ACROSS_NODES",
+                                                   512 << 10, kind=int),
+            mpi_thread_level=_env_thread_level("MPIDIST_MPI_THREAD_LEVEL", "serialized"),
         )
 
 

@@ -4,6 +4,11 @@ The launcher is the mpiexec that the ``mpich`` wheel put next to the interpreter
 first one on PATH). MPICH's ``gforker`` process manager is preferred when present: it starts
 ranks by fork and listens on nothing but loopback; the netmods are pinned to ``lo`` too, so a
 test job sends no byte off this machine.
+
+``launch(..., nodes=2)`` simulates a job on several nodes on this one machine: MPICH's Hydra
+with ``-launcher fork -hosts n0,n1 -ppn N/nodes`` starts one proxy per named host (by fork, so
+the names need no resolving), and MPI shares memory only among the ranks of one proxy, so the
+job sees two nodes (Split_type(COMM_TYPE_SHARED) gives two groups) talking through the netmod.
 """
 
 import os
@@ -33,13 +38,24 @@ def find_mpiexec():
     return shutil.which("mpiexec")
 
 
-def launch(nprocs, argv, timeout, extra_env=None):
-    """Run ``argv`` (a Python program's arguments after the interpreter) on ``nprocs`` ranks.
+def find_hydra():
+    """Path of MPICH's Hydra launcher (which can simulate several nodes), or None."""
+    bindir = Path(sys.executable).parent
+    for name in ("mpiexec.hydra", "mpiexec"):
+        candidate = bindir / name
+        if candidate.exists():
+            return str(candidate)
+    return shutil.which("mpiexec.hydra")
+
+
+def launch(nprocs, argv, timeout, extra_env=None, nodes=1):
+    """Run ``argv`` (a Python program's arguments after the interpreter) on ``nprocs`` ranks,
+    spread evenly over ``nodes`` simulated nodes.
 
     Returns ``(returncode, output)``; a launch still running after ``timeout`` seconds is killed
     with its whole process group and reported with returncode None.
     """
-    mpiexec = find_mpiexec()
+    mpiexec = find_mpiexec() if nodes == 1 else find_hydra()
     if mpiexec is None:
         raise RuntimeError(
             "No mpiexec found: install the MPI extra (pip install -e '.[test]') or put your "
@@ -48,7 +64,14 @@ def launch(nprocs, argv, timeout, extra_env=None):
     env = dict(os.environ)
     env.update(LOOPBACK_ENV)
     env.update(extra_env or {})
-    cmd = [mpiexec, "-n", str(nprocs), sys.executable, *argv]
+    if nodes == 1:
+        cmd = [mpiexec, "-n", str(nprocs), sys.executable, *argv]
+    else:
+        if nprocs % nodes:
+            raise ValueError(f"{nprocs} ranks do not spread evenly over {nodes} nodes")
+        hosts = ",".join(f"n{i}" for i in range(nodes))
+        cmd = [mpiexec, "-launcher", "fork", "-hosts", hosts, "-ppn", str(nprocs // nodes),
+               "-n", str(nprocs), sys.executable, *argv]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", env=env, start_new_session=True)
     try:

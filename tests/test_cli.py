@@ -506,6 +506,81 @@ def test_bench_batch_table_alone():
     assert lines[-1].startswith("# mpidist batch_reduce_to is ")
 
 
+# -- bench step ----------------------------------------------------------------------------
+def check_step_report(report, nprocs):
+    """Every case of the quick sweep is there, with positive times and ratios (no speed)."""
+    assert report["benchmark"] == "step" and report["job"]["ranks"] == nprocs
+    labels = ["OneDevice", "Mirrored x2", "MWMS 1x1"] if nprocs == 1 else [f"MWMS {nprocs}x1"]
+    rows = report["rows"]
+    want = {(label, "allreduce", case) for label in labels for case in ("4K", "256K")}
+    want |= {(label, "apply_gradients", f"{kind} {v}x{100_000 // v}")
+             for label in labels for kind in ("sgd", "adam") for v in (10, 100)}
+    want |= {(label, "fit", model) for label in labels for model in ("digits MLP", "20-layer MLP")}
+    assert {(r["strategy"], r["path"], r["case"]) for r in rows} == want
+    assert len(rows) == len(want)
+    for r in rows:
+        assert r["time_us"] > 0 and r["baseline_us"] > 0 and r["ratio"] > 0, r
+        assert math.isclose(r["ratio"], r["time_us"] / r["baseline_us"], rel_tol=1e-9), r
+        assert r["ranks"] == nprocs and r["nodes"] == 1
+        if r["path"] == "apply_gradients":
+            assert r["update_us"] > 0 and r["size_bytes"] == 400_000
+            assert r["comm_us"] > 0 or r["strategy"] == "OneDevice"
+        if r["path"] == "fit":
+            assert r["step_ms"] > 0 and 0 <= r["comm_share"] < 1
+            assert r["variables"] == {"digits MLP": 4, "20-layer MLP": 40}[r["model"]]
+    replicas = {r["strategy"]: r["replicas"] for r in rows}
+    assert replicas == ({"OneDevice": 1, "Mirrored x2": 2, "MWMS 1x1": 1} if nprocs == 1
+                        else {f"MWMS {nprocs}x1": nprocs})
+
+
+STEP_TIMEOUT = 300  # the quick sweep still trains two models under three strategies
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_bench_step_quick_json(nprocs):
+    argv = ["-m", "mpidist", "bench", "step", "--quick", "--json"]
+    if nprocs == 1:
+        proc = subprocess.run([sys.executable, *argv], env=clean_env(), text=True,
+                              capture_output=True, timeout=STEP_TIMEOUT, check=False)
+        code, out = proc.returncode, proc.stdout + proc.stderr
+    else:
+        code, out = launch(nprocs, argv, STEP_TIMEOUT)
+        assert code is not None, f"mpidist bench step hung at {nprocs} ranks:\n{out}"
+    assert code == 0, out
+    check_step_report(json_from(out), nprocs)
+
+
+def test_bench_step_markdown_fits_the_cost_model():
+    from mpidist import cli_bench_step_report as report  # noqa: PLC0415
+
+    def ar(p, n, raw, ours):
+        return {"path": "allreduce", "strategy": f"MWMS {p}x1", "ranks": p, "nodes": 1,
+                "size_bytes": n, "case": cli_bench.human_size(n), "time_us": ours,
+                "baseline_us": raw, "ratio": ours / raw, "baseline": "raw comm.Allreduce"}
+
+    # raw = 2(p-1)*3 us + 2(p-1)/p * n / 2000 us (2 GB/s); mpidist adds 10 us per call
+    rows = [ar(p, n, 6 * (p - 1) + (p - 1) / p * n / 1000, 6 * (p - 1) + (p - 1) / p * n / 1000
+               + 10) for p in (2, 4) for n in (4096, 262144, 4 << 20)]
+    rows += [{"path": "apply_gradients", "strategy": "MWMS 2x1", "ranks": 2, "nodes": 1,
+              "optimizer": "sgd", "variables": v, "size_bytes": 400_000, "case": f"sgd {v}",
+              "time_us": 500 + 100 + 30 * v, "baseline_us": 500, "ratio": 1.0,
+              "update_us": 50.0, "comm_us": 450.0, "ratio_to_update": 1.0,
+              "baseline": "raw Allreduce + NumPy update"} for v in (10, 100, 1000)]
+    model = report.fit_cost_model(rows)
+    net = model["one_node"]
+    assert math.isclose(net["alpha_us"], 3.0, rel_tol=1e-6)
+    assert math.isclose(net["gbps"], 2.0, rel_tol=1e-6)
+    assert math.isclose(net["c_call_us"], 10.0, rel_tol=1e-6)
+    terms = model["apply_gradients"]["MWMS 2x1 sgd"]
+    assert math.isclose(terms["c_step_us"], 100, rel_tol=1e-6)
+    assert math.isclose(terms["c_var_us"], 30, rel_tol=1e-6)
+    (p100, *_) = report.project(model)
+    # 64 ranks, measured network: 100 + 30*100 + 50 + 126*3 + 2*63/64*400000/2000
+    assert math.isclose(p100["times_us"][0], 3150 + 378 + 126 / 64 * 200, rel_tol=1e-6)
+    text = report.render_markdown([{"rows": rows}])
+    assert "| MWMS 2x1 | sgd |" in text and "512 ranks" in text
+
+
 # -- failures and arguments ----------------------------------------------------------------
 CORRUPT = """
 import sys
@@ -543,7 +618,7 @@ def test_bench_fails_loudly_on_wrong_results(nprocs, tmp_path):
 
 @pytest.mark.parametrize("argv,message", [
     ([], "the following arguments are required: {info,bench,run}"),
-    (["bench"], "the following arguments are required: {allreduce,batch}"),
+    (["bench"], "the following arguments are required: {allreduce,batch,step}"),
     (["bench", "allreduce", "--sizes", "6"], "6 byte(s) is not a whole number of float32 elements"),
     (["bench", "allreduce", "--sizes", "4X"], "'4X' is not a size"),
     (["bench", "allreduce", "--sizes", "64M:4K"], "MAX is smaller than MIN"),

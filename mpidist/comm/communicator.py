@@ -102,6 +102,15 @@ class Communicator:
 
     Args:
         comm: An ``mpi4py.MPI.Comm``; COMM_WORLD when None.
+
+    Attributes:
+        shm_min_bytes: SUM all-reduces of at least this many bytes take the shared-memory
+            path (hierarchical across nodes): the measured crossover for this topology
+            (``MPIDIST_SHM_MIN_BYTES_ONE_NODE`` / ``_ACROSS_NODES``), None for never.
+        allreduce_algorithm: ``"auto"`` (by size, as above), ``"mpi"`` (always the MPI
+            library's Allreduce) or ``"shm"`` (always shared memory where available); for
+            benchmarks and tests.
+        thread_level: ``MPI.Query_thread()``, the thread level MPI provides.
     """
 
     def __init__(self, comm=None):
@@ -118,6 +127,11 @@ class Communicator:
         self.local_rank = self._node.Get_rank()
         self.local_size = self._node.Get_size()
         node_ranks = self._node.allgather(self.rank)
+        self._node_ranks = frozenset(node_ranks)
+        # Below MULTIPLE, only the thread inside the collective may call MPI (the watchdog
+        # then reports from this node's board alone).
+        self.thread_level = mpi.Query_thread()
+        self._threads_may_overlap = self.thread_level >= mpi.THREAD_MULTIPLE
         hosts_and_sizes = self._comm.allgather((mpi.Get_processor_name(), self.local_size,
                                                 min(node_ranks)))
         self.hosts = [h for h, _, _ in hosts_and_sizes]
@@ -139,7 +153,8 @@ class Communicator:
         config = get_config()
         self._rank_state = RankStateWriter.attach(config.rank_state_path, self.rank, self.size)
         self.check_collectives = config.check_collectives
-        self.shm_min_bytes = config.shm_min_bytes
+        self.shm_min_bytes = _shm_threshold(config, self.num_nodes)
+        self.allreduce_algorithm = "auto"
         self._gpu_aware = config.gpu_aware_mpi
         self._stall_seconds = config.stall_warning_seconds
         self._timeline = Timeline(config.timeline_path, self.rank, self.size, self.hosts) \
@@ -170,13 +185,31 @@ class Communicator:
                     buf[...] = send
                 return buf
             _synchronize_stream(buf)
-            source = self._mpi.IN_PLACE if send is None else send
-            if op == "sum" and self._use_shared_memory(buf):
-                self._shm.all_reduce(buf, wait, send)
-            else:
-                mpi_op = self._mpi_op(op)
-                wait.blocking(lambda: self._comm.Allreduce(source, buf, mpi_op),
-                              lambda: self._comm.Iallreduce(source, buf, mpi_op), "all-reduce")
+            self._reduce_data(buf, op, wait, send)
+        return buf
+
+    def all_reduce_packs(self, buf, bounds, op="sum", timeout=None):
+        """Reduce the packs ``buf[lo:hi]`` for ``(lo, hi)`` in ``bounds`` (a 1-D C-contiguous
+        host or GPU array) over all ranks, in place: one data collective per pack (each takes
+        the algorithm its size calls for), under one fingerprint agreement on all of them."""
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"all_reduce op must be one of {_REDUCE_OPS}, got {op!r}.")
+        bounds = tuple(bounds)
+        if len(bounds) == 1:
+            lo, hi = bounds[0]
+            self.all_reduce(buf[lo:hi], op, timeout)
+            return buf
+        if is_device_array(buf) and not self._gpu_aware:
+            return self._via_host(buf, lambda host: self.all_reduce_packs(host, bounds, op,
+                                                                          timeout))
+        # The pack sizes are agreed too: every rank's data collectives then match one by one.
+        call = CollectiveCall("all_reduce", op=op, dtype=buf.dtype.name, shape=buf.shape,
+                              packs=tuple(hi - lo for lo, hi in bounds))
+        with self._collective(call, timeout) as wait:
+            if self.size > 1:
+                _synchronize_stream(buf)
+                for lo, hi in bounds:
+                    self._reduce_data(buf[lo:hi], op, wait, None)
         return buf
 
     def broadcast(self, buf, root=0, timeout=None):
@@ -225,6 +258,17 @@ class Communicator:
                 wait(self._comm.Ibarrier(), "barrier")
 
     # -- the one path every collective takes --------------------------------------------
+    def _reduce_data(self, buf, op, wait, send):
+        """The data phase of an all-reduce: shared memory (hierarchical across nodes) from the
+        size this topology's crossover says, else the MPI library's Allreduce."""
+        if op == "sum" and self._use_shared_memory(buf):
+            self._shm.all_reduce(buf, wait, send)
+            return
+        source = self._mpi.IN_PLACE if send is None else send
+        mpi_op = self._mpi_op(op)
+        wait.blocking(lambda: self._comm.Allreduce(source, buf, mpi_op),
+                      lambda: self._comm.Iallreduce(source, buf, mpi_op), "all-reduce")
+
     def _collective(self, call, timeout):
         return _CollectiveScope(self, call, timeout)
 
@@ -301,13 +345,17 @@ class Communicator:
         return (f"rank {self.rank} has waited {waited:.0f} s in collective #{self._seq} "
                 f"{call.describe()} ({what}). {self._missing_report(call, grace=0.5)}")
 
-    def _missing_report(self, call, grace):
-        known = self._board.exchange(self._control, self.size, grace) if self.num_nodes > 1 \
+    def _missing_report(self, call, grace, other_thread=False):
+        ask = self.num_nodes > 1 and (self._threads_may_overlap or not other_thread)
+        known = self._board.exchange(self._control, self.size, grace) if ask \
             else self._board.snapshot()
         missing, details = [], []
         for rank in range(self.size):
             progress = known.get(rank)
-            if progress is None:
+            if progress is None and not ask and rank not in self._node_ranks:
+                details.append(f"rank {rank} (on {self.hosts[rank]}) is on another node, not "
+                               "asked: the MPI thread level is below MULTIPLE")
+            elif progress is None:
                 missing.append(rank)
                 details.append(f"rank {rank} (on {self.hosts[rank]}) is not waiting in any collective")
             elif progress.entered < self._seq:
@@ -340,10 +388,18 @@ class Communicator:
         return {"sum": self._mpi.SUM, "max": self._mpi.MAX, "min": self._mpi.MIN,
                 "prod": self._mpi.PROD}[op]
 
+    @property
+    def has_shared_memory(self):
+        """Whether this communicator has the shared-memory (hierarchical) all-reduce path."""
+        return self._shm is not None
+
     def _use_shared_memory(self, buf):
-        return (self._shm is not None and self.shm_min_bytes is not None
-                and buf.nbytes >= self.shm_min_bytes and not is_device_array(buf)
-                and self._shm.supports(buf))
+        if self._shm is None or is_device_array(buf) or not self._shm.supports(buf):
+            return False
+        algorithm = self.allreduce_algorithm
+        if algorithm != "auto":
+            return algorithm == "shm"
+        return self.shm_min_bytes is not None and buf.nbytes >= self.shm_min_bytes
 
     def _check_usable(self):
         if self._broken is not None:
@@ -472,7 +528,7 @@ class _Watchdog(threading.Thread):
                     f"DeadlineExceededError: Collective has timed out during execution: "
                     f"collective #{comm._seq} {call.describe()} ({what}) did not complete within "
                     f"{timeout:g} s on rank {comm.rank}, after every rank had entered it. "
-                    f"{comm._missing_report(call, grace=0.5)} Ending the job.")
+                    f"{comm._missing_report(call, grace=0.5, other_thread=True)} Ending the job.")
 
 
 class _CollectiveScope:
@@ -521,6 +577,17 @@ class _CollectiveScope:
                           (time.time_ns() - self._start) / 1000)
         comm._lock.release()
         return False
+
+
+def _shm_threshold(config, num_nodes):
+    """The size from which SUM all-reduces take the shared-memory path on this topology: the
+    measured crossover against the MPI library's Allreduce (docs/multi_worker.md), never below
+    ``MPIDIST_SHM_MIN_BYTES``; None when either is off."""
+    crossover = config.shm_min_bytes_across_nodes if num_nodes > 1 \
+        else config.shm_min_bytes_one_node
+    if config.shm_min_bytes is None or crossover is None:
+        return None
+    return max(config.shm_min_bytes, crossover)
 
 
 def _synchronize_stream(buf):

@@ -2,7 +2,10 @@
 whole job when one rank fails.
 
 Importing this module initialises nothing; ``mpi_module()`` imports mpi4py (which calls
-MPI_Init_thread) the first time a communicator is needed.
+MPI_Init_thread) the first time a communicator is needed, asking for the thread level that
+mpidist's own threads need (``MPIDIST_MPI_THREAD_LEVEL``, default SERIALIZED: every MPI call
+of mpidist is made under the communicator's lock, one thread at a time), never lower than a
+level the program itself chose.
 """
 
 import os
@@ -14,7 +17,7 @@ import threading
 from mpidist.comm.user_traceback import format_user_traceback
 from mpidist.config import get_config
 
-__all__ = ["mpi_module", "check_launch", "launcher_world_size", "install_abort_on_exception",
+__all__ = ["mpi_module", "THREAD_LEVELS", "check_launch", "launcher_world_size", "install_abort_on_exception",
            "abort_job", "rank_label"]
 
 # Variables through which launchers announce how many tasks they started.
@@ -24,13 +27,38 @@ LAUNCHER_SIZE_VARIABLES = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "OMPI_COMM_WO
 # Set by the process manager that started this very process (not inherited from a job).
 PROCESS_MANAGER_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
+# mpi4py's names of MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE, lowest first.
+THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
+
 _lock = threading.Lock()
 _hook_installed = False
+
+
+def _request_thread_level():
+    """Set ``mpi4py.rc.thread_level`` before MPI starts: mpidist's level, or the program's own
+    choice where it made one (``mpi4py.rc.thread_level = ...`` or ``MPI4PY_RC_THREAD_LEVEL``)
+    and it is higher. Once MPI runs, the level is fixed and this does nothing."""
+    if "mpi4py.MPI" in sys.modules:
+        return
+    import mpi4py  # noqa: PLC0415 - the package only; MPI itself starts below
+
+    ours = get_config().mpi_thread_level
+    if ours is None:
+        return  # MPIDIST_MPI_THREAD_LEVEL=default: leave mpi4py's choice alone
+    theirs = vars(mpi4py.rc).get("thread_level")  # set on the instance only by the program
+    env = os.environ.get("MPI4PY_RC_THREAD_LEVEL", "").strip().lower()
+    for chosen in (theirs, env):
+        if chosen in THREAD_LEVELS and THREAD_LEVELS.index(chosen) > THREAD_LEVELS.index(ours):
+            ours = chosen
+    mpi4py.rc.thread_level = ours
+    if env:  # mpi4py lets the variable override rc; keep the two in agreement
+        os.environ["MPI4PY_RC_THREAD_LEVEL"] = ours
 
 
 def mpi_module():
     """``mpi4py.MPI``, imported now; a clear ImportError when mpi4py is missing."""
     try:
+        _request_thread_level()
         from mpi4py import MPI  # noqa: PLC0415 - MPI starts only when a communicator is needed
     except ImportError as err:
         raise ImportError(

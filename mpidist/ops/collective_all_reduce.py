@@ -107,6 +107,12 @@ class CollectiveAllReduce(ReductionToOneDevice):
             return None
         return self._batch_reduce_host_arrays(reduce_op, arrays, destinations, options)
 
+    def all_reduce_packed(self, flat, layout, options=None):
+        """Sum ``flat``, this worker's one replica's tensors packed end to end as ``layout``
+        says, over every worker, in place: one collective per pack of ``bytes_per_pack``, the
+        packs ``batch_reduce`` sends for the same tensors (so the sums are the same bits)."""
+        return self._across_workers(flat, ReduceOp.SUM, options, layout)
+
     def _batch_reduce_host_arrays(self, reduce_op, arrays, destinations, options):
         # The one-replica-per-rank layout: each tensor is packed once (one concatenate) into a
         # recycled buffer that MPI reduces in place; results are views into it.
@@ -152,8 +158,12 @@ class CollectiveAllReduce(ReductionToOneDevice):
         if layout is None or len(layout) == 1:
             self._all_reduce(flat, opts)
         else:
-            for lo, hi in self._ranges(layout, flat.itemsize, opts.bytes_per_pack):
-                self._all_reduce(flat[lo:hi], opts)
+            ranges = self._ranges(layout, flat.itemsize, opts.bytes_per_pack)
+            if isinstance(flat, np.ndarray):  # one fingerprint agreement for all the packs
+                self._comm.all_reduce_packs(flat, ranges, "sum", timeout=opts.timeout_seconds)
+            else:
+                for lo, hi in ranges:
+                    self._all_reduce(flat[lo:hi], opts)
         return self._mean(reduced, reduce_op)
 
     def _all_reduce(self, buf, opts):

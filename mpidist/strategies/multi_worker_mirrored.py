@@ -189,6 +189,15 @@ class _MultiWorkerExtended(_MirroredExtended):
                      for v, d in pairs]
         return super()._batch_reduce_to(reduce_op, pairs, options)
 
+    def all_reduce_packed(self, flat, layout):
+        """The lean path of one replica per rank: sum this replica's packed host buffer
+        ``flat`` (tensors laid out by ``layout``) over all replicas, in place. False where the
+        layout is not one host replica per rank (use ``ReplicaContext.all_reduce`` then)."""
+        if len(self._device_specs) != 1 or type(flat) is not np.ndarray:
+            return False
+        self._cross_device_ops.all_reduce_packed(flat, layout)
+        return True
+
     def _gather(self, value, axis):
         if self._num_workers > 1 and not isinstance(value, DistributedValues):
             value = PerReplica([as_array(value)], self._device_specs[:1])

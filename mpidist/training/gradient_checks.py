@@ -12,7 +12,7 @@ from mpidist.strategies.context import has_strategy
 from mpidist.values.containers import DistributedValues
 from mpidist.values.variables import Variable
 
-__all__ = ["checked_pairs"]
+__all__ = ["checked_pairs", "GradientChecks"]
 
 # Gradient dtypes a real variable accepts: they are cast to the variable's dtype.
 _REAL_KINDS = frozenset("iuf")
@@ -147,3 +147,49 @@ def checked_pairs(grads_and_vars, name, strategy):
             "grads_and_vars is empty); check that the loss depends on the variables."
         )
     return pairs
+
+
+class GradientChecks:
+    """``checked_pairs`` with a memory of the last call that passed every check, for the step
+    that repeats: when the same variables come in the same order, under the same strategy,
+    with gradients of the same array type, shape and dtype as last time, every check has the
+    same outcome, so a comparison per pair replaces the checks (and no error is lost: any
+    difference takes the full path). Replica threads share it: the memory is one tuple,
+    replaced whole."""
+
+    __slots__ = ("_memo",)
+
+    def __init__(self):
+        self._memo = (None, (), ())  # (strategy, variables, (type, shape, dtype) per gradient)
+
+    def check(self, grads_and_vars, name, strategy):
+        """``(gradients, variables)``: the gradient arrays and the variables they update (a
+        tuple; the same tuple object as last time when nothing changed)."""
+        _check_name(name)
+        if type(grads_and_vars) is not list and type(grads_and_vars) is not zip:
+            return self._full(grads_and_vars, name, strategy)
+        items = grads_and_vars if type(grads_and_vars) is list else list(grads_and_vars)
+        known, variables, expected = self._memo
+        if strategy is known and len(items) == len(variables):
+            grads = []
+            for item, v, (kind, shape, dtype) in zip(items, variables, expected):
+                if type(item) is not tuple or len(item) != 2:
+                    break
+                g, w = item
+                if w is not v or type(g) is not kind or g.shape != shape or g.dtype is not dtype:
+                    break
+                grads.append(g)
+            else:
+                return grads, variables
+        return self._full(items, name, strategy)
+
+    def _full(self, grads_and_vars, name, strategy):
+        pairs = checked_pairs(grads_and_vars, name, strategy)
+        grads = [g for g, _ in pairs]
+        variables = tuple(v for _, v in pairs)
+        known, old, _ = self._memo
+        if strategy is known and len(old) == len(variables) \
+                and all(a is b for a, b in zip(old, variables)):
+            variables = old  # keep the tuple the fused plan recognises
+        self._memo = (strategy, variables, tuple((type(g), g.shape, g.dtype) for g in grads))
+        return grads, variables

@@ -15,7 +15,9 @@ from mpidist.core import state
 from mpidist.core.user_calls import user_call
 from mpidist.strategies.context import get_replica_context, get_strategy, in_cross_replica_context
 from mpidist.strategies.default import get_default_strategy
-from mpidist.training.gradient_checks import checked_pairs
+from mpidist.kernels import optimizers as fused_kernels
+from mpidist.training.fused_apply import FusedPlan, components_of, grads_of_device
+from mpidist.training.gradient_checks import GradientChecks
 from mpidist.training.deferred_restore import restore_deferred
 from mpidist.types import ReduceOp, VariableAggregation
 from mpidist.values.containers import DistributedValues, PerReplica
@@ -105,6 +107,9 @@ class Optimizer:
                                         aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
         self._slots = []      # per variable, in the order first seen: {slot name: variable}
         self._var_index = {}  # id(variable) -> index into _slots
+        self._plans = {}      # tuple of variable ids -> FusedPlan, or None where none fits
+        self._last_plan = None
+        self._checks = GradientChecks()  # remembers the last step's checked variables
 
     @property
     def iterations(self):
@@ -180,14 +185,15 @@ class Optimizer:
                 "`apply_gradients() cannot be called in cross-replica context. Use "
                 "`mpidist.Strategy.run` to enter replica context.")
         strategy = get_strategy()
-        pairs = checked_pairs(grads_and_vars, name, strategy)
+        grads, variables = self._checks.check(grads_and_vars, name, strategy)
         self._check_strategy(strategy)
-        grads = [g for g, _ in pairs]
-        variables = [v for _, v in pairs]
         ctx = get_replica_context()
-        with user_call("Optimizer.apply_gradients", num_variables=len(pairs),
-                       aggregate=bool(experimental_aggregate_gradients),
-                       **self.hyperparameters()):
+        hyperparameters = self.hyperparameters()
+        with user_call("Optimizer.apply_gradients", num_variables=len(variables),
+                       aggregate=bool(experimental_aggregate_gradients), **hyperparameters):
+            if self._lean_apply(strategy, grads, variables, experimental_aggregate_gradients,
+                                hyperparameters["learning_rate"]):
+                return self._iterations
             if experimental_aggregate_gradients and ctx is not None:
                 grads = list(ctx.all_reduce(ReduceOp.SUM, grads))
             grads = self._clip(grads)
@@ -233,10 +239,91 @@ class Optimizer:
                 return [g * (self.global_clipnorm / total) for g in grads]
         return grads
 
+    # -- the fused path (docs/training.md, "How the step is fast") -----------------------------
+    def _fusable(self):
+        """Whether this class's update is the fused kernel's: a subclass that overrides
+        ``_update_step`` without a ``_fused_update`` of its own keeps the per-variable path."""
+        for klass in type(self).__mro__:
+            if "_update_step" in klass.__dict__:
+                return "_fused_update" in klass.__dict__
+        return False
+
+    def _plan_for(self, variables):
+        """The FusedPlan of this exact list of variables (built on first use), or None."""
+        last = self._last_plan
+        if last is not None and last.variables is variables:  # the repeating step
+            return last
+        key = tuple(map(id, variables))
+        if key in self._plans:
+            if self._plans[key] is not None:
+                self._last_plan = self._plans[key]
+            return self._plans[key]
+        plan = None
+        if self._fusable() and not any(id(v) in self._planned for v in variables):
+            slot_vars = [self._slots[self._var_index[id(v)]] for v in variables]
+            plan = FusedPlan.build(variables, slot_vars, self._SLOTS)
+        if len(self._plans) < 8:  # a model alternates between few lists, if any
+            self._plans[key] = plan
+        if plan is not None:
+            self._last_plan = plan
+        return plan
+
+    @property
+    def _planned(self):
+        return {id(v) for plan in self._plans.values() if plan is not None
+                for v in plan.variables}
+
+    def _lean_apply(self, strategy, grads, variables, aggregate, lr):
+        """One local replica (OneDevice, the default strategy, one replica per rank): pack the
+        gradients once, sum them across ranks as one buffer, one fused kernel, no merge_call.
+        False (nothing touched) where this path does not apply; the caller then takes the
+        general one."""
+        extended = strategy.extended
+        if self.clipnorm is not None or self.global_clipnorm is not None:
+            return False
+        reduce = aggregate and strategy.num_replicas_in_sync > 1
+        if reduce and getattr(extended, "all_reduce_packed", None) is None:
+            return False
+        last = self._last_plan
+        if (last is None or last.variables is not variables) \
+                and not all(id(v) in self._var_index for v in variables):
+            return False  # the first step creates the slots, in cross-replica context
+        plan = self._plan_for(variables)
+        # One copy per variable means one local replica: no other replica thread runs this.
+        if plan is None or plan.num_devices != 1 or not plan.pack(0, grads, exact_dtype=reduce):
+            return False
+        flat = plan.grads[0]
+        if reduce and not extended.all_reduce_packed(flat, plan.layout):
+            return False
+        self._fused_step(plan, 0, lr)
+        self._count_step()
+        return True
+
+    def _fused_step(self, plan, index, lr):
+        if self.clipvalue is not None:  # elementwise, so one pass over the arena is exact
+            xp = array_module(plan.grads[index])
+            xp.clip(plan.grads[index], -self.clipvalue, self.clipvalue, out=plan.grads[index])
+        step = int(np.asarray(self._iterations)) + 1
+        plan.update(index, self._fused_update, lr, step)
+
+    def _count_step(self):
+        """``iterations += 1`` on every copy (the fused path runs in replica context)."""
+        for copy in components_of(self._iterations):
+            copy.assign_add(1, read_value=False)
+
     def _distributed_apply(self, strategy, grads, variables):
         """Cross-replica: update each variable's every copy, then count the step once."""
         self.build(variables)
         lr = self._current_learning_rate()
+        plan = None if self.clipnorm is not None or self.global_clipnorm is not None \
+            else self._plan_for(variables)
+        if plan is not None:
+            per_device = [grads_of_device(grads, i) for i in range(plan.num_devices)]
+            if all(plan.pack(i, g, exact_dtype=False) for i, g in enumerate(per_device)):
+                for i in range(plan.num_devices):
+                    self._fused_step(plan, i, lr)
+                self._iterations.assign_add(1)
+                return
         step = int(np.asarray(self._iterations)) + 1
         for grad, var in zip(grads, variables):
             slots = self._slots[self._var_index[id(var)]]
@@ -268,6 +355,14 @@ class SGD(Optimizer):
 
     def _own_hyperparameters(self):
         return {"momentum": self.momentum, "nesterov": self.nesterov}
+
+    def _fused_update(self, w, g, slots, lr, step):
+        t = w.dtype.type
+        if not self.momentum:
+            fused_kernels.sgd_update(w, g, t(lr))
+        else:
+            fused_kernels.sgd_momentum_update(w, g, slots[0], t(lr), t(self.momentum),
+                                              self.nesterov)
 
     def _update_step(self, variable, gradient, slots, lr, step):
         w = variable._current_array()
@@ -306,6 +401,12 @@ class Adam(Optimizer):
     def _own_hyperparameters(self):
         return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
                 "amsgrad": self.amsgrad}
+
+    def _fused_update(self, w, g, slots, lr, step):
+        t = w.dtype.type
+        alpha = t(lr * np.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step))
+        fused_kernels.adam_update(w, g, slots[0], slots[1], slots[2] if self.amsgrad else None,
+                                  alpha, t(1 - self.beta_1), t(1 - self.beta_2), t(self.epsilon))
 
     def _update_step(self, variable, gradient, slots, lr, step):
         w = variable._current_array()

@@ -115,6 +115,7 @@ class Variable(metaclass=_VariableMeta):
     """
 
     _is_distributed_variable = False
+    _adopted = False  # (class default: distributed variables never adopt storage themselves)
     __array_priority__ = 100
 
     def __init__(self, initial_value=None, trainable=None, name=None, dtype=None,
@@ -136,6 +137,7 @@ class Variable(metaclass=_VariableMeta):
         self._aggregation = aggregation
         self._distributed_container_ref = None
         self._distribute_strategy = None
+        self._adopted = False
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -226,6 +228,36 @@ class Variable(metaclass=_VariableMeta):
             shown = f"<unreadable: {exc}>"
         return (f"<mpidist.{type(self).__name__} {self._name!r} shape={self.shape} "
                 f"dtype={self.dtype}, numpy={shown}>")
+
+    # -- storage --------------------------------------------------------------------------
+    @property
+    def storage(self):
+        """The array this variable's value lives in (no copy; a view into an arena once
+        ``adopt_storage`` moved it there). Writing into it writes the variable."""
+        return self._value
+
+    @property
+    def storage_adopted(self):
+        """Whether ``adopt_storage`` moved the value into a buffer owned elsewhere."""
+        return self._adopted
+
+    def adopt_storage(self, view):
+        """Move the value into ``view`` (an array of the same shape, dtype and kind, e.g. a
+        slice of an optimizer's flat arena) and keep it there: every later write goes into
+        ``view`` in place, so whoever owns the buffer sees the variable's value and the
+        variable sees the buffer's updates. Reads, writes, checkpoints and the public
+        behaviour are unchanged. The old array is dropped (no extra copy is kept)."""
+        if self._adopted:
+            raise ValueError(f"Variable {self._name!r} already lives in a shared buffer.")
+        old = self._value
+        if type(view) is not type(old) or view.shape != old.shape or view.dtype != old.dtype:
+            raise ValueError(
+                f"adopt_storage: variable {self._name!r} needs a {type(old).__name__} of shape "
+                f"{old.shape} and dtype {old.dtype}, got {type(view).__name__} of shape "
+                f"{tuple(view.shape)} and dtype {view.dtype}.")
+        array_module(old).copyto(view, old)
+        self._value = view
+        self._adopted = True
 
     # -- writes ---------------------------------------------------------------------------
     def _prepare(self, value, casting="same_kind"):

@@ -24,7 +24,8 @@ LAYERS = [
     ("strategies", ["mpidist.strategies"]),
     ("training", ["mpidist.training"]),
     ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli", "mpidist.cli_info",
-             "mpidist.cli_bench", "mpidist.cli_plot", "mpidist.experimental",
+             "mpidist.cli_bench", "mpidist.cli_bench_step", "mpidist.cli_bench_step_report",
+             "mpidist.cli_plot", "mpidist.experimental",
              "mpidist.nn", "mpidist.optimizers", "mpidist.metrics", "mpidist.train",
              "mpidist.callbacks", "mpidist.launch", "mpidist.guard"]),
 ]

@@ -1,0 +1,101 @@
+"""The step a user writes, beside its raw baseline: ``mpidist bench step`` (one implementation,
+in mpidist/cli_bench_step.py), plus the whole sweep of docs/performance.md in one command.
+
+    python benchmarks/step.py [--quick] [--json | --markdown]        # this job: OneDevice,
+    mpiexec -n 2 python benchmarks/step.py [--quick] [--json]        #   Mirrored x2, MWMS 1x1 / MWMS
+    python benchmarks/step.py --sweep [--quick] [--out DIR]          # 1, 2, 4 ranks and two nodes
+
+``--sweep`` launches ``mpidist bench step --json`` at 1, 2 and 4 ranks and on two simulated nodes
+(MPICH's fork launcher with two named hosts: ``mpiexec -launcher fork -hosts n0,n1 -ppn 2 -n 4``
+starts one proxy per host name, so MPI sees two nodes and shares memory only inside each; no
+name needs to resolve), each launch under a timeout, keeps the JSON reports in ``--out`` and
+prints docs/performance.md's tables and cost model (``--from DIR`` reprints them).
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+LOOPBACK_ENV = {"HYDRA_IFACE": "lo", "UCX_NET_DEVICES": "lo", "FI_PROVIDER": "tcp",
+                "FI_TCP_IFACE": "lo"}
+JOBS = [  # (file stem, launcher arguments before the program)
+    ("ranks1", []),
+    ("ranks2", ["-n", "2"]),
+    ("ranks4", ["-n", "4"]),
+    ("nodes2x2", ["-launcher", "fork", "-hosts", "n0,n1", "-ppn", "2", "-n", "4"]),
+]
+
+
+def _mpiexec():
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else "mpiexec"
+
+
+def _command(launch, quick):
+    bench = ["-m", "mpidist", "bench", "step", "--json"] + (["--quick"] if quick else [])
+    if not launch:
+        return [sys.executable] + bench
+    return [_mpiexec()] + launch + [sys.executable] + bench
+
+
+def _shown(launch, quick):
+    tail = "mpidist bench step --json" + (" --quick" if quick else "")
+    return f"mpiexec {' '.join(launch)} {tail}" if launch else tail
+
+
+def sweep(out, quick, timeout):
+    """Run every job (one at a time, each under ``timeout`` seconds); returns the reports."""
+    out.mkdir(parents=True, exist_ok=True)
+    reports = []
+    for stem, launch in JOBS:
+        cmd = _command(launch, quick)
+        print(f"# {_shown(launch, quick)}", file=sys.stderr, flush=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, **LOOPBACK_ENV}, start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise SystemExit(f"{_shown(launch, quick)}: no result within {timeout} s") from None
+        if proc.returncode != 0:
+            raise SystemExit(f"{_shown(launch, quick)} failed ({proc.returncode}):\n{stderr}")
+        report = json.loads(stdout[stdout.index("{"):])
+        report["command"] = _shown(launch, quick)
+        (out / f"{stem}.json").write_text(json.dumps(report, indent=1))
+        reports.append(report)
+    return reports
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--sweep" not in argv and "--from" not in argv:
+        from mpidist import cli  # noqa: PLC0415
+
+        return cli.run(["bench", "step"] + argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", action="store_true", help="launch every job, then report")
+    parser.add_argument("--from", dest="source", metavar="DIR", help="report saved JSON only")
+    parser.add_argument("--quick", action="store_true", help="the small sweep (smoke test)")
+    parser.add_argument("--out", default="step-bench", metavar="DIR",
+                        help="where the JSON reports go (default ./step-bench)")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per launch")
+    args = parser.parse_args(argv)
+    from mpidist.cli_bench_step_report import render_markdown  # noqa: PLC0415
+
+    if args.source:
+        reports = [json.loads((Path(args.source) / f"{stem}.json").read_text())
+                   for stem, _ in JOBS if (Path(args.source) / f"{stem}.json").exists()]
+    else:
+        reports = sweep(Path(args.out), args.quick, args.timeout)
+    commands = [r.get("command", "") for r in reports]
+    print(render_markdown(reports, commands=commands))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,434 @@
+"""``mpidist bench step``: the step a user writes, timed beside its raw baseline in the same job.
+
+Three paths, each under every strategy this job can run (one process: OneDevice, Mirrored on
+two CPU devices and MultiWorkerMirrored on one rank; several ranks: MultiWorkerMirrored with one
+replica per rank):
+
+- ``allreduce``: ``strategy.run(lambda: get_replica_context().all_reduce("SUM", x))`` against
+  raw mpi4py ``comm.Allreduce(x, out)`` (Mirrored: NumPy's ``np.add(x0, x1, out=o)`` plus the
+  copy to the second replica, what the data needs in one process).
+- ``apply_gradients``: ``strategy.run(lambda: optimizer.apply_gradients(zip(grads, vars)))``
+  with V float32 variables holding 100000 elements in all (V = 10, 100, 1000), SGD with
+  momentum and Adam, against one raw ``Allreduce`` of the packed gradients plus the update
+  written as fused as NumPy allows (in-place ufuncs with ``out=`` on the packed arrays).
+  OneDevice's baseline is the update alone; Mirrored's is ``np.add`` of the two packed
+  gradients plus the update of each replica's packed copy.
+- ``fit``: one ``mpidist.fit`` epoch of N steps of an MLP (the digits example's 64-32-10, and a
+  20-layer 64-128...-10), ms per step, with the time spent inside ``ReplicaContext.all_reduce``
+  (fit's one fused all-reduce of loss and gradients: communication, including the wait for the
+  slowest replica) and a raw ``Allreduce`` of the same gradient bytes for scale.
+
+Method: results are checked against the baseline's before timing; cases alternate within each
+round (order flipped every round); a sample is the slowest rank's time per call; the figure is
+the median of the rounds (cli_bench.Timer). The call count is calibrated on the mpidist case.
+"""
+
+import statistics
+import time
+
+import numpy as np
+
+from mpidist import cli_bench
+from mpidist.comm.mpi import mpi_module
+
+__all__ = ["PATHS", "FULL_SIZES", "QUICK_SIZES", "VARIABLE_COUNTS", "TOTAL_ELEMENTS", "OPTIMIZERS",
+           "MODELS", "strategies_for_job", "run_step_sweep", "DeepMLP"]
+
+PATHS = ("allreduce", "apply_gradients", "fit")
+FULL_SIZES = (4 << 10, 256 << 10, 4 << 20, 64 << 20)
+QUICK_SIZES = (4 << 10, 256 << 10)
+VARIABLE_COUNTS = (10, 100, 1000)
+TOTAL_ELEMENTS = 100_000  # float32: 400 KB of parameters whatever the variable count
+OPTIMIZERS = ("sgd", "adam")
+LEARNING_RATE = 1e-3
+MOMENTUM = 0.9
+BETA_1, BETA_2, EPSILON = 0.9, 0.999, 1e-7
+GLOBAL_BATCH = 256
+# name -> layer widths; "digits" is examples/digits_mlp.py's model (64 -> 32 tanh -> 10).
+MODELS = {"digits MLP": (64, 32, 10), "20-layer MLP": (64,) + (128,) * 19 + (10,)}
+
+
+# -- strategies ---------------------------------------------------------------------------------
+def strategies_for_job(size, nodes):
+    """``[(label, factory)]`` for a job of ``size`` ranks on ``nodes`` nodes."""
+    import mpidist  # noqa: PLC0415 - the strategy layer
+    from mpidist.cluster_resolver import MPIClusterResolver  # noqa: PLC0415
+
+    def mwms():
+        return mpidist.MultiWorkerMirroredStrategy(
+            cluster_resolver=MPIClusterResolver(local_devices=["/cpu:0"]))
+
+    where = f" ({nodes} nodes)" if nodes > 1 else ""
+    setups = [(f"MWMS {size}x1{where}", mwms)]
+    if size == 1:
+        setups = [("OneDevice", lambda: mpidist.OneDeviceStrategy("/cpu:0")),
+                  ("Mirrored x2", lambda: mpidist.MirroredStrategy(["/cpu:0", "/cpu:1"]))] + setups
+    return setups
+
+
+def _replica_ids(strategy, rank):
+    """Global replica ids of this process's replicas (one per local device)."""
+    local = len(strategy.extended.worker_devices)
+    return list(range(rank * local, rank * local + local))
+
+
+def _agree(control, failure, what):
+    cli_bench.agree_on_check(control, failure, what)
+
+
+def _close(got, want, what, rtol=1e-5, atol=1e-6):
+    got = np.asarray(got, dtype=np.float64).reshape(-1)
+    want = np.asarray(want, dtype=np.float64).reshape(-1)
+    if got.shape != want.shape:
+        return f"{what}: shape {got.shape}, expected {want.shape}"
+    bad = np.flatnonzero(~np.isclose(got, want, rtol=rtol, atol=atol))
+    if bad.size:
+        i = int(bad[0])
+        return f"{what}: {bad.size} of {got.size} values differ, first at {i}: " \
+               f"{got[i]!r} vs {want[i]!r}"
+    return None
+
+
+# -- (a) run + replica-context all_reduce -------------------------------------------------------
+def _allreduce_case(strategy, label, nbytes, timer, raw_comm, mpi, rank, size):
+    from mpidist import get_replica_context  # noqa: PLC0415
+
+    count = nbytes // 4
+    ids = _replica_ids(strategy, rank)
+    replicas = strategy.num_replicas_in_sync
+    xs = {rid: cli_bench.pattern(rid, count, "float32", "sum") for rid in ids}
+    want = cli_bench.expected(replicas, count, "float32", "sum")
+    got = {}
+
+    def step():
+        ctx = get_replica_context()
+        return ctx.all_reduce("SUM", xs[ctx.replica_id_in_sync_group])
+
+    def ours():
+        got["out"] = strategy.run(step)
+
+    outs = [np.zeros(count, np.float32) for _ in ids]
+    if len(ids) > 1:  # one process, several devices: NumPy's sum, then each replica's copy
+        def raw():
+            np.add(xs[ids[0]], xs[ids[1]], out=outs[0])
+            for extra in range(2, len(ids)):
+                np.add(outs[0], xs[ids[extra]], out=outs[0])
+            for o in outs[1:]:
+                np.copyto(o, outs[0])
+        baseline = f"np.add of {len(ids)} + copies"
+    else:
+        def raw():
+            raw_comm.Allreduce(xs[ids[0]], outs[0], mpi.SUM)
+        baseline = "raw comm.Allreduce"
+    ours()
+    raw()
+    results = strategy.experimental_local_results(got["out"])
+    failure = None
+    for r in list(results) + outs:
+        failure = failure or _close(r, want, "result", rtol=0, atol=0)
+    _agree(timer.control, failure, f"{label}: run + all_reduce of {cli_bench.human_size(nbytes)}")
+    stats = timer.compare({"mpidist": ours, "baseline": raw}, calibrate_with="mpidist")
+    return _row("allreduce", label, size, replicas, stats, baseline,
+                size_bytes=nbytes, case=cli_bench.human_size(nbytes))
+
+
+# -- (b) apply_gradients ------------------------------------------------------------------------
+class _PackedUpdate:
+    """The baseline's optimizer: one in-place NumPy pass per step over packed arrays."""
+
+    def __init__(self, kind, weights):
+        self.kind = kind
+        self.w = weights
+        self.tmp = np.empty_like(weights)
+        self.slots = [np.zeros_like(weights) for _ in range(1 if kind == "sgd" else 2)]
+        self.step = 0
+
+    def apply(self, g):
+        w, t = self.w, self.tmp
+        self.step += 1
+        if self.kind == "sgd":  # m = momentum * m - lr * g; w += m
+            (m,) = self.slots
+            np.multiply(m, np.float32(MOMENTUM), out=m)
+            np.multiply(g, np.float32(LEARNING_RATE), out=t)
+            np.subtract(m, t, out=m)
+            np.add(w, m, out=w)
+            return
+        m, v = self.slots  # Adam, Keras's rule as mpidist.optimizers.Adam writes it
+        alpha = LEARNING_RATE * np.sqrt(1 - BETA_2 ** self.step) / (1 - BETA_1 ** self.step)
+        np.subtract(g, m, out=t)
+        np.multiply(t, np.float32(1 - BETA_1), out=t)
+        np.add(m, t, out=m)
+        np.multiply(g, g, out=t)
+        np.subtract(t, v, out=t)
+        np.multiply(t, np.float32(1 - BETA_2), out=t)
+        np.add(v, t, out=v)
+        np.sqrt(v, out=t)
+        np.add(t, np.float32(EPSILON), out=t)
+        np.divide(m, t, out=t)
+        np.multiply(t, np.float32(alpha), out=t)
+        np.subtract(w, t, out=w)
+
+
+def _make_optimizer(kind):
+    import mpidist  # noqa: PLC0415
+
+    if kind == "sgd":
+        return mpidist.optimizers.SGD(LEARNING_RATE, momentum=MOMENTUM)
+    return mpidist.optimizers.Adam(LEARNING_RATE, beta_1=BETA_1, beta_2=BETA_2, epsilon=EPSILON)
+
+
+def _apply_case(strategy, label, kind, nvars, timer, raw_comm, mpi, rank, size):
+    import mpidist  # noqa: PLC0415
+
+    per = TOTAL_ELEMENTS // nvars
+    ids = _replica_ids(strategy, rank)
+    replicas = strategy.num_replicas_in_sync
+    start = (np.arange(TOTAL_ELEMENTS) % 11).astype(np.float32) * np.float32(0.1)
+    with strategy.scope():
+        variables = [mpidist.Variable(start[i * per:(i + 1) * per].copy(), name=f"v{i}")
+                     for i in range(nvars)]
+        optimizer = _make_optimizer(kind)
+    packed_g = {rid: ((np.arange(TOTAL_ELEMENTS) % 7 + rid % 5).astype(np.float32)
+                      * np.float32(1e-2)) for rid in ids}
+    grads = {rid: [packed_g[rid][i * per:(i + 1) * per] for i in range(nvars)] for rid in ids}
+    pairs = {rid: list(zip(grads[rid], variables)) for rid in ids}
+
+    def step():
+        from mpidist import get_replica_context  # noqa: PLC0415
+
+        optimizer.apply_gradients(pairs[get_replica_context().replica_id_in_sync_group])
+
+    def ours():
+        strategy.run(step)
+
+    updates = [_PackedUpdate(kind, start.copy()) for _ in ids]
+    summed = np.empty(TOTAL_ELEMENTS, np.float32)
+    if len(ids) > 1:
+        def comm():
+            np.add(packed_g[ids[0]], packed_g[ids[1]], out=summed)
+            for extra in ids[2:]:
+                np.add(summed, packed_g[extra], out=summed)
+        baseline = f"np.add of {len(ids)} packed + {len(ids)} NumPy updates"
+    elif label == "OneDevice":
+        def comm():
+            pass
+        summed = packed_g[ids[0]]
+        baseline = "one NumPy update"
+    else:
+        def comm():
+            raw_comm.Allreduce(packed_g[ids[0]], summed, mpi.SUM)
+        baseline = "raw Allreduce + NumPy update"
+
+    def update():
+        for u in updates:
+            u.apply(summed)
+
+    def raw():
+        comm()
+        update()
+
+    ours()
+    raw()
+    failure = None
+    want = updates[0].w
+    for i, v in enumerate(variables):
+        for value in strategy.experimental_local_results(v):
+            failure = failure or _close(value, want[i * per:(i + 1) * per], f"variable {i}")
+    _agree(timer.control, failure, f"{label}: apply_gradients {kind} {nvars} variables")
+    cases = {"mpidist": ours, "baseline": raw}
+    if label != "OneDevice":
+        cases["comm"] = comm
+    cases["update"] = update
+    stats = timer.compare(cases, calibrate_with="mpidist")
+    row = _row("apply_gradients", label, size, replicas, stats, baseline,
+               optimizer=kind, variables=nvars, size_bytes=TOTAL_ELEMENTS * 4,
+               case=f"{kind} {nvars}x{per}")
+    row["comm_us"] = stats["comm"]["median"] * 1e6 if "comm" in stats else 0.0
+    row["update_us"] = stats["update"]["median"] * 1e6
+    row["ratio_to_update"] = row["time_us"] / row["update_us"]
+    return row
+
+
+# -- (c) fit step -------------------------------------------------------------------------------
+class DeepMLP:
+    """An MLP of any depth (tanh hidden layers, softmax cross-entropy), backward by hand, in the
+    shape ``mpidist.fit`` expects (examples/digits_mlp.py's model with widths (64, 32, 10))."""
+
+    def __init__(self, widths, seed=0, dtype=np.float64):
+        import mpidist  # noqa: PLC0415
+
+        rng = np.random.default_rng(seed)
+        self.layers = []
+        for i, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:])):
+            w = mpidist.Variable(rng.normal(0, 1 / np.sqrt(n_in), (n_in, n_out)).astype(dtype),
+                                 name=f"w{i}")
+            b = mpidist.Variable(np.zeros(n_out, dtype), name=f"b{i}")
+            self.layers.append((w, b))
+
+    @property
+    def trainable_variables(self):
+        return [v for layer in self.layers for v in layer]
+
+    def loss_and_gradients(self, x, y):
+        acts = [np.asarray(x, dtype=self.layers[0][0].dtype)]
+        weights = [(w.read_value(), b.read_value()) for w, b in self.layers]
+        for i, (w, b) in enumerate(weights):
+            z = acts[-1] @ w + b
+            acts.append(np.tanh(z) if i < len(weights) - 1 else z)
+        logits = acts[-1]
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        rows = np.arange(len(y))
+        per_example = -log_probs[rows, y]
+        delta = np.exp(log_probs)
+        delta[rows, y] -= 1.0
+        grads = []
+        for i in range(len(weights) - 1, -1, -1):
+            grads += [delta.sum(axis=0), acts[i].T @ delta]
+            if i:
+                delta = (delta @ weights[i][0].T) * (1.0 - acts[i] * acts[i])
+        return per_example, grads[::-1], logits
+
+
+class _AllReduceClock:
+    """Wall time spent inside ``ReplicaContext.all_reduce`` (and any subclass's override), summed
+    over this process's replica threads; installed only while a fit case is timed."""
+
+    def __init__(self):
+        from mpidist.strategies.replica_context import ReplicaContext  # noqa: PLC0415
+
+        self.spans = []
+        self._saved = []
+        classes, todo = [], [ReplicaContext]
+        while todo:
+            cls = todo.pop()
+            classes.append(cls)
+            todo += cls.__subclasses__()
+        for cls in classes:
+            if "all_reduce" in cls.__dict__:
+                self._saved.append((cls, cls.__dict__["all_reduce"]))
+
+    def __enter__(self):
+        spans = self.spans
+        for cls, original in self._saved:
+            def timed(ctx, *args, _original=original, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return _original(ctx, *args, **kwargs)
+                finally:
+                    spans.append(time.perf_counter() - start)  # list.append is thread-safe
+            setattr(cls, "all_reduce", timed)
+        return self
+
+    def __exit__(self, *exc):
+        for cls, original in self._saved:
+            setattr(cls, "all_reduce", original)
+
+    def take(self):
+        total = sum(self.spans)
+        self.spans.clear()
+        return total
+
+
+def _fit_case(strategy, label, model_name, steps, timer, raw_comm, mpi, size):
+    import mpidist  # noqa: PLC0415
+    from mpidist.data import Dataset  # noqa: PLC0415
+
+    widths = MODELS[model_name]
+    rng = np.random.default_rng(1)
+    x = rng.random((GLOBAL_BATCH * steps, widths[0]))
+    y = rng.integers(0, widths[-1], GLOBAL_BATCH * steps)
+    data = Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH, drop_remainder=True)
+    with strategy.scope():
+        model = DeepMLP(widths)
+        optimizer = mpidist.optimizers.SGD(0.01, momentum=0.9)
+    grad_elements = sum(int(np.asarray(v.numpy()).size) for v in model.trainable_variables)
+    packed = np.ones(grad_elements + 2)
+    packed_out = np.empty_like(packed)
+    local = len(strategy.extended.worker_devices)
+    history = mpidist.fit(model, data, epochs=1, optimizer=optimizer, strategy=strategy,
+                          verbose=0)  # warm-up; also checks the loss is a number
+    loss = history.history["loss"][-1]
+    _agree(timer.control, None if np.isfinite(loss) else f"loss {loss}", f"{label}: fit")
+    step_s, comm_s = [], []
+    clock = _AllReduceClock()
+    with clock:
+        for _ in range(timer.rounds):
+            clock.take()
+            timer.control.Barrier()
+            start = time.perf_counter()
+            mpidist.fit(model, data, epochs=1, optimizer=optimizer, strategy=strategy, verbose=0)
+            elapsed = time.perf_counter() - start
+            step_s.append(timer.control.allreduce(elapsed, op=mpi.MAX) / steps)
+            comm_s.append(timer.control.allreduce(clock.take() / local, op=mpi.MAX) / steps)
+    raw = timer.compare({"raw": lambda: raw_comm.Allreduce(packed, packed_out, mpi.SUM)},
+                        calibrate_with="raw")["raw"]
+    step, comm = statistics.median(step_s), statistics.median(comm_s)
+    return {
+        "path": "fit", "strategy": label, "ranks": size, "replicas": strategy.num_replicas_in_sync,
+        "case": model_name, "model": model_name, "layers": len(widths) - 1,
+        "variables": len(model.trainable_variables), "size_bytes": packed.nbytes,
+        "steps": steps, "global_batch": GLOBAL_BATCH,
+        "time_us": step * 1e6, "step_ms": step * 1e3, "comm_ms": comm * 1e3,
+        "comm_share": comm / step if step > 0 else 0.0,
+        "raw_allreduce_us": raw["median"] * 1e6,
+        "baseline": "raw Allreduce of the gradient bytes",
+        "baseline_us": raw["median"] * 1e6,
+        "ratio": step / raw["median"] if raw["median"] > 0 else 0.0,
+        "step_samples_ms": [s * 1e3 for s in step_s],
+    }
+
+
+# -- rows and the sweep -------------------------------------------------------------------------
+def _row(path, label, size, replicas, stats, baseline, **extra):
+    ours, base = stats["mpidist"], stats["baseline"]
+    row = {"path": path, "strategy": label, "ranks": size, "replicas": replicas,
+           "calls": ours["calls"], "time_us": ours["median"] * 1e6,
+           "time_min_us": ours["min"] * 1e6, "time_max_us": ours["max"] * 1e6,
+           "baseline": baseline, "baseline_us": base["median"] * 1e6,
+           "ratio": ours["median"] / base["median"] if base["median"] > 0 else 0.0}
+    row.update(extra)
+    return row
+
+
+def run_step_sweep(timer, quick=False, paths=PATHS, on_row=None):
+    """The whole sweep on this job; ``(job, rows)`` on every rank. ``on_row(job, row)`` is called
+    on every rank as each case finishes."""
+    from mpidist.comm.communicator import world_communicator  # noqa: PLC0415 - starts MPI
+
+    mpi = mpi_module()
+    comm = world_communicator()
+    raw_comm = mpi.COMM_WORLD.Dup()  # raw MPI on its own communicator, as mpidist's is
+    job = cli_bench.job_facts(comm, mpi)
+    sizes = QUICK_SIZES if quick else FULL_SIZES
+    counts = VARIABLE_COUNTS[:2] if quick else VARIABLE_COUNTS
+    models = list(MODELS)
+    steps = 4 if quick else 16
+    rows = []
+
+    def emit(row):
+        row["nodes"] = comm.num_nodes
+        rows.append(row)
+        if on_row is not None:
+            on_row(job, row)
+
+    try:
+        for label, make in strategies_for_job(comm.size, comm.num_nodes):
+            strategy = make()
+            if "allreduce" in paths:
+                for nbytes in sizes:
+                    emit(_allreduce_case(strategy, label, nbytes, timer, raw_comm, mpi,
+                                         comm.rank, comm.size))
+            if "apply_gradients" in paths:
+                for kind in OPTIMIZERS:
+                    for nvars in counts:
+                        emit(_apply_case(strategy, label, kind, nvars, timer, raw_comm, mpi,
+                                         comm.rank, comm.size))
+            if "fit" in paths:
+                for name in models:
+                    emit(_fit_case(strategy, label, name, steps, timer, raw_comm, mpi,
+                                   comm.size))
+    finally:
+        raw_comm.Free()
+    return job, rows
+

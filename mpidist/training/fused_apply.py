@@ -1,0 +1,104 @@
+"""The fused step of an optimizer: its variables and slots in arenas, one kernel per device.
+
+``FusedPlan.build`` is called with the variables of an ``apply_gradients`` call once their slots
+exist. Where every variable can live in an arena (float32/float64, one dtype, plain or mirrored,
+one array per device, not in another arena) it moves each device's copies of the variables,
+and of each slot, into one flat buffer per device, and keeps a gradient buffer of the same
+layout. A later call with the same variables in the same order then costs one pack of the
+gradients, the all-reduce of that buffer (by the caller) and one fused kernel per device,
+whatever the number of variables; any other call takes the per-variable path, which stays
+correct because the variables are views into the arenas.
+"""
+
+from mpidist.backend import array_module, device_context
+from mpidist.core.devices import parse_device
+from mpidist.values.arena import Arena, can_share_storage
+from mpidist.values.containers import DistributedValues
+from mpidist.values.distributed_variables import MirroredVariable
+from mpidist.values.variables import Variable
+
+__all__ = ["FusedPlan", "components_of", "grads_of_device"]
+
+
+def components_of(var):
+    """The plain per-device variables of ``var`` (itself when it is plain); None for any
+    other kind (ON_READ copies may differ; subclasses may keep their value elsewhere)."""
+    if type(var) is MirroredVariable:
+        return tuple(var.values)
+    return (var,) if type(var) is Variable else None
+
+
+class FusedPlan:
+    """Arenas of parameters and slots, per device, for one list of variables.
+
+    Attributes:
+        key: ``tuple(map(id, variables))``: the calls this plan serves.
+        layout: The FusionLayout shared by every arena of the plan.
+        num_devices: How many copies each variable has (one arena group per copy).
+    """
+
+    def __init__(self, variables, slot_vars, slot_names):
+        self.variables = variables  # held (ids in `key` must stay valid); the checked tuple
+        self.key = tuple(id(v) for v in variables)
+        comps = [components_of(v) for v in variables]
+        self.num_devices = len(comps[0])
+        self.devices = [parse_device(c.device) for c in comps[0]]
+        self.params, self.slots, self.grads = [], [], []
+        for i in range(self.num_devices):
+            params = Arena([c[i] for c in comps])
+            self.params.append(params.flat)
+            self.slots.append([Arena([components_of(s[name])[i] for s in slot_vars]).flat
+                               for name in slot_names])
+            self.grads.append(params.empty_like())
+        self.layout = params.layout
+        self.dtype = self.params[0].dtype
+
+    @classmethod
+    def build(cls, variables, slot_vars, slot_names):
+        """A plan for ``variables`` (with ``slot_vars[k][name]`` the slots of the k-th), or
+        None where they cannot all move into arenas (they then stay where they are)."""
+        comps = [components_of(v) for v in variables]
+        if not comps or any(c is None or len(c) != len(comps[0]) for c in comps):
+            return None
+        groups = []
+        for i in range(len(comps[0])):
+            groups.append([c[i] for c in comps])
+            for name in slot_names:
+                slot_comps = [components_of(s[name]) for s in slot_vars]
+                if any(c is None or len(c) != len(comps[0]) for c in slot_comps):
+                    return None
+                groups.append([c[i] for c in slot_comps])
+        if not all(can_share_storage(g) for g in groups):
+            return None
+        dtype = groups[0][0].storage.dtype
+        if any(g[0].storage.dtype != dtype for g in groups):
+            return None
+        return cls(variables, slot_vars, slot_names)
+
+    def pack(self, index, grads, exact_dtype):
+        """Copy the gradients of device ``index`` end to end into its gradient buffer; False
+        (nothing else touched) when one is not an array of the buffer's kind, or, with
+        ``exact_dtype``, not of its dtype (a reduction must run in the gradients' own dtype)."""
+        flat = self.grads[index]
+        kind, dtype = type(flat), flat.dtype
+        for g in grads:
+            if type(g) is not kind or (exact_dtype and g.dtype != dtype):
+                return False
+        # One pass; the cast (where allowed) rounds as ``astype`` does in the per-variable path.
+        array_module(flat).concatenate([g.reshape(-1) for g in grads], out=flat,
+                                       casting="unsafe")
+        return True
+
+    def update(self, index, fused_update, lr, step):
+        """Run the optimizer's fused kernel over device ``index``'s arenas."""
+        device = self.devices[index]
+        if device.is_gpu:
+            with device_context(device):
+                fused_update(self.params[index], self.grads[index], self.slots[index], lr, step)
+        else:
+            fused_update(self.params[index], self.grads[index], self.slots[index], lr, step)
+
+
+def grads_of_device(grads, index):
+    """Device ``index``'s gradients from the merged (cross-replica) gradient list."""
+    return [g.values[index] if isinstance(g, DistributedValues) else g for g in grads]
