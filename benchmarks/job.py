@@ -18,3 +18,22 @@ def slowest(comm, seconds):
     from mpi4py import MPI  # noqa: PLC0415
 
     return comm.allreduce(seconds, op=MPI.MAX)
+
+
+def per_call_us(fn, comm, min_time=0.05):
+    """µs per call of ``fn`` on the slowest rank; the call count doubles until a sample lasts
+    ``min_time`` on every rank (the ranks agree on it, so they stay in step)."""
+    import time  # noqa: PLC0415
+
+    fn()
+    calls = 1
+    while True:
+        if comm is not None:
+            comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = slowest(comm, time.perf_counter() - start)
+        if elapsed >= min_time:
+            return elapsed / calls * 1e6
+        calls *= 2

@@ -17,24 +17,11 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+
+from job import per_call_us  # benchmarks/ is on sys.path when run as a script
 
 LEVELS = ("multiple", "serialized", "funneled", "single")
 SIZES = {"8 B": 8, "4 KiB": 4 << 10, "256 KiB": 256 << 10}
-
-
-def per_call_us(fn, comm, mpi, min_time=0.05):
-    fn()
-    calls = 1
-    while True:
-        comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        elapsed = comm.allreduce(time.perf_counter() - start, op=mpi.MAX)
-        if elapsed >= min_time:
-            return elapsed / calls * 1e6
-        calls *= 2
 
 
 def measure(level):
@@ -54,7 +41,7 @@ def measure(level):
         send = np.ones(nbytes // 4, np.float32)
         recv = np.empty_like(send)
         out[f"Allreduce {label}"] = per_call_us(lambda: comm.Allreduce(send, recv, MPI.SUM),
-                                                comm, MPI)
+                                                comm)
     fp, fp_out = np.zeros(2, np.int64), np.zeros(2, np.int64)
 
     def poll(request):
@@ -62,12 +49,12 @@ def measure(level):
             pass
 
     out["Iallreduce+Test 16 B"] = per_call_us(
-        lambda: poll(comm.Iallreduce(fp, fp_out, MPI.MAX)), comm, MPI)
-    out["Ibarrier+Test"] = per_call_us(lambda: poll(comm.Ibarrier()), comm, MPI)
+        lambda: poll(comm.Iallreduce(fp, fp_out, MPI.MAX)), comm)
+    out["Ibarrier+Test"] = per_call_us(lambda: poll(comm.Ibarrier()), comm)
     communicator = Communicator()
     buf = np.ones(1024, np.float32)
     out["Communicator.all_reduce 4 KiB"] = per_call_us(lambda: communicator.all_reduce(buf),
-                                                       comm, MPI)
+                                                       comm)
     if comm.rank == 0:
         print("RESULT " + json.dumps(out), flush=True)
 

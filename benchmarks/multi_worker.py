@@ -22,33 +22,18 @@ peer-baselines.md (measured on this kind of machine, not in this run) are shown 
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 import mpidist
+from job import per_call_us  # benchmarks/ is on sys.path when run as a script
 
 SIZES = {"4 KiB": 4 << 10, "256 KiB": 256 << 10, "512 KiB": 512 << 10, "1 MiB": 1 << 20,
          "4 MiB": 4 << 20, "8 MiB": 8 << 20, "16 MiB": 16 << 20, "32 MiB": 32 << 20,
          "64 MiB": 64 << 20}
 TF_MWMS_US = {"4 KiB": 3724, "256 KiB": 5319, "4 MiB": 36519, "64 MiB": 636079}  # strategy.reduce, n=2
 TF_MWMS_BATCH_US = 10162  # all_reduce(SUM, [100 tensors]), n=2
-
-
-def per_call_us(fn, comm, min_time=0.05):
-    """µs per call of ``fn`` on the slowest rank; the call count is agreed by all ranks."""
-    fn()
-    calls = 1
-    while True:
-        comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-        if elapsed >= min_time:
-            return elapsed / calls * 1e6
-        calls *= 2
 
 
 def interleaved(cases, comm, rounds):

@@ -36,18 +36,21 @@ class CommTimer:
     def __init__(self, strategy):
         self.seconds = 0.0
         extended = strategy.extended
-        original = getattr(extended, "_all_reduce_leaves", None)
-        if original is None:
-            return  # one replica: fit's all-reduce never leaves the replica
+        # One replica per rank goes straight to the communicator (all_reduce_one_replica);
+        # several local replicas meet in a merge_call (_all_reduce_leaves).
+        for name in ("all_reduce_one_replica", "_all_reduce_leaves"):
+            original = getattr(extended, name, None)
+            if original is None:
+                continue  # one replica: fit's all-reduce never leaves the replica
 
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.seconds += time.perf_counter() - start
+            def timed(*args, _original=original, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return _original(*args, **kwargs)
+                finally:
+                    self.seconds += time.perf_counter() - start
 
-        extended._all_reduce_leaves = timed
+            setattr(extended, name, timed)
 
 
 def measure(label, strategy, hidden, rows, rounds, comm):

@@ -79,6 +79,14 @@ class CollectiveCall:
         return (seq << 32) | crc
 
 
+def _dtype_name(dtype, _names={}):  # noqa: B006 - a deliberate process-wide cache
+    """``dtype.name``, cached: NumPy builds the name string on every access (~1 us)."""
+    name = _names.get(dtype)
+    if name is None:
+        name = _names[dtype] = dtype.name
+    return name
+
+
 def _show(value):
     if isinstance(value, tuple):
         return "[" + ",".join(str(v) for v in value) + "]"
@@ -178,7 +186,7 @@ class Communicator:
             raise ValueError(f"all_reduce op must be one of {_REDUCE_OPS}, got {op!r}.")
         if is_device_array(buf) and not self._gpu_aware:
             return self._via_host(buf, lambda host: self.all_reduce(host, op, timeout), send)
-        call = CollectiveCall("all_reduce", op=op, dtype=buf.dtype.name, shape=buf.shape)
+        call = CollectiveCall("all_reduce", op=op, dtype=_dtype_name(buf.dtype), shape=buf.shape)
         with self._collective(call, timeout) as wait:
             if self.size == 1:
                 if send is not None:
@@ -203,7 +211,7 @@ class Communicator:
             return self._via_host(buf, lambda host: self.all_reduce_packs(host, bounds, op,
                                                                           timeout))
         # The pack sizes are agreed too: every rank's data collectives then match one by one.
-        call = CollectiveCall("all_reduce", op=op, dtype=buf.dtype.name, shape=buf.shape,
+        call = CollectiveCall("all_reduce", op=op, dtype=_dtype_name(buf.dtype), shape=buf.shape,
                               packs=tuple(hi - lo for lo, hi in bounds))
         with self._collective(call, timeout) as wait:
             if self.size > 1:
@@ -216,7 +224,7 @@ class Communicator:
         """Copy ``buf`` of rank ``root`` into ``buf`` of every rank, in place."""
         if is_device_array(buf) and not self._gpu_aware:
             return self._via_host(buf, lambda host: self.broadcast(host, root, timeout))
-        call = CollectiveCall("broadcast", root=root, dtype=buf.dtype.name, shape=buf.shape)
+        call = CollectiveCall("broadcast", root=root, dtype=_dtype_name(buf.dtype), shape=buf.shape)
         with self._collective(call, timeout) as wait:
             if self.size > 1:
                 _synchronize_stream(buf)
@@ -233,7 +241,7 @@ class Communicator:
         array = np.ascontiguousarray(array)
         if array.ndim == 0:
             raise ValueError("all_gather needs arrays with at least one dimension, got a scalar.")
-        call = CollectiveCall("all_gather", dtype=array.dtype.name, trailing_shape=array.shape[1:])
+        call = CollectiveCall("all_gather", dtype=_dtype_name(array.dtype), trailing_shape=array.shape[1:])
         with self._collective(call, timeout) as wait:
             if self.size == 1:
                 return array.copy()

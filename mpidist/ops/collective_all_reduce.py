@@ -64,18 +64,60 @@ class CollectiveAllReduce(ReductionToOneDevice):
         value = as_per_replica(per_replica_value)
         if len(value.values) == 1 and isinstance(value.values[0], np.ndarray) \
                 and all(d.is_cpu for d in resolve_devices(destinations)):
-            # One host replica (the one-rank-per-worker layout): MPI reads the replica's array
-            # and writes a recycled result buffer, with no local copy in between.
-            send = value.values[0]
-            if not send.flags.c_contiguous:  # (ascontiguousarray would also make 0-d 1-d)
-                send = np.ascontiguousarray(send)
-            if send.dtype.kind in "fiu" and send.dtype.itemsize >= 2:
-                out = self._fusion.host_result(send.size, send.dtype).reshape(send.shape)
-                self._comm.all_reduce(out, "sum", timeout=self._merged(options).timeout_seconds,
-                                      send=send)
-                out = self._mean(out, reduce_op)
+            out = self._reduce_host_array(reduce_op, value.values[0], options)
+            if out is not None:
                 return simple_broadcast(out, destinations, reuse=True)
         return super().reduce_implementation(reduce_op, value, destinations, options)
+
+    def _reduce_host_array(self, reduce_op, send, options):
+        """One host replica (the one-rank-per-worker layout): MPI reads the replica's array
+        and writes a recycled result buffer, with no local copy in between. None for dtypes
+        this path does not take (bytes, booleans, complex)."""
+        if not _alone_ok(send.dtype):
+            return None
+        if not send.flags.c_contiguous:  # (ascontiguousarray would also make 0-d 1-d)
+            send = np.ascontiguousarray(send)
+        out = self._fusion.host_result(send.size, send.dtype).reshape(send.shape)
+        self._comm.all_reduce(out, "sum", timeout=self._merged(options).timeout_seconds,
+                              send=send)
+        out = self._mean(out, reduce_op)
+        # Integer MEAN of a 0-d array divides into a NumPy scalar: hand back an array.
+        return out if type(out) is np.ndarray else np.asarray(out)
+
+    def all_reduce_host_values(self, reduce_op, arrays, options=None):
+        """One replica per rank, the lean path of ``ReplicaContext.all_reduce``: ``arrays``
+        (a list of this replica's host ndarrays, already checked) reduced over every worker,
+        as new arrays (the inputs are left as they are). A lone array of its dtype is one
+        all-reduce; several of one packable dtype travel packed, as ``batch_reduce`` sends
+        them, under one fingerprint agreement; one dtype after another, in order of first
+        appearance. MEAN divides once, by the global replica count. None, before any
+        communication, when some array is not of that kind (a device array, an odd dtype):
+        use ``batch_reduce`` then."""
+        if len(arrays) == 1:  # the common case first
+            send = arrays[0]
+            if type(send) is not np.ndarray or not _alone_ok(send.dtype):
+                return None
+            return [self._reduce_host_array(reduce_op, send, options)]
+        by_dtype = {}
+        for i, a in enumerate(arrays):
+            if type(a) is not np.ndarray:
+                return None
+            by_dtype.setdefault(a.dtype, []).append(i)
+        for dtype, indices in by_dtype.items():
+            if not (_alone_ok(dtype) if len(indices) == 1 else dtype in _PACKABLE):
+                return None
+        if len(by_dtype) == 1:
+            return self._batch_reduce_host_arrays(reduce_op, arrays, arrays[0], options)
+        results = [None] * len(arrays)
+        for indices in by_dtype.values():
+            group = [arrays[i] for i in indices]
+            if len(group) == 1:
+                reduced = [self._reduce_host_array(reduce_op, group[0], options)]
+            else:  # any host array names the one CPU destination results are unpacked to
+                reduced = self._batch_reduce_host_arrays(reduce_op, group, group[0], options)
+            for i, r in zip(indices, reduced):
+                results[i] = r
+        return results
 
     def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
         pairs = value_destination_pairs
@@ -185,6 +227,11 @@ class CollectiveAllReduce(ReductionToOneDevice):
 
 
 _PACKABLE = frozenset(np.dtype(t) for t in ("float32", "float64", "int32", "int64"))
+
+
+def _alone_ok(dtype):
+    """Whether one host array of ``dtype`` can be all-reduced on its own by MPI."""
+    return dtype.kind in "fiu" and dtype.itemsize >= 2
 
 
 def _on_host(destinations):

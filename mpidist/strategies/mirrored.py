@@ -8,12 +8,15 @@ device and follow TF's ON_WRITE / ON_READ aggregation rules.
 import dataclasses
 
 from mpidist.backend import device_context, num_gpus
+from mpidist.backend.threads import cap_replica_threads
+from mpidist.config import get_config
 from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.comm.nccl import nccl_module
 from mpidist.ops.all_reduce import HierarchicalCopyAllReduce, NcclAllReduce
 from mpidist.ops.cross_device_ops import CrossDeviceOps, reduce_non_distributed_value
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
+from mpidist.strategies.one_replica import PLAIN_TYPES, call_one_replica, is_plain
 from mpidist.strategies.replica_context import ReplicaContext
 from mpidist.strategies.replica_threads import ReplicaRunner
 from mpidist.strategies.strategy import Strategy, StrategyExtended
@@ -85,6 +88,7 @@ class MirroredStrategy(Strategy):
 
     def __init__(self, devices=None, cross_device_ops=None):
         specs = _default_devices() if devices is None else _check_devices(devices)
+        cap_replica_threads(specs, get_config().cpu_threads)  # BLAS threads per CPU replica
         if cross_device_ops is None:
             cross_device_ops = select_cross_device_ops(specs)
         if not isinstance(cross_device_ops, CrossDeviceOps):
@@ -124,15 +128,20 @@ class _MirroredExtended(StrategyExtended):
                 )
 
     def _call_for_each_replica(self, fn, args, kwargs):
-        self._check_distributed_args(args, kwargs)
         if len(self._device_specs) == 1:
-            device = self._device_specs[0]
-            ctx = self._make_replica_context(0)
-            with ctx, state.device_scope(device), device_context(device):
-                results = [fn(*select_replica(0, args), **select_replica(0, kwargs))]
-        else:
-            results = self._runner.run(fn, args, kwargs)
+            return self._call_one_replica(fn, args, kwargs)
+        self._check_distributed_args(args, kwargs)
+        results = self._runner.run(fn, args, kwargs)
         return regroup(tuple(results), PerReplica, self._device_specs)
+
+    def _call_one_replica(self, fn, args, kwargs):
+        if not is_plain(args, kwargs):
+            self._check_distributed_args(args, kwargs)
+        result = call_one_replica(self._make_replica_context(0), self._device_specs[0], fn,
+                                  args, kwargs)
+        if type(result) in PLAIN_TYPES:  # nothing to regroup
+            return result
+        return regroup((result,), PerReplica, self._device_specs)
 
     # -- reductions -----------------------------------------------------------------------
     def _reduce_to(self, reduce_op, value, destinations, options):

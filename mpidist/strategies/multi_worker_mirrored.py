@@ -105,9 +105,10 @@ def _local_devices(resolver, comm, task_type, task_id):
 class _MultiWorkerExtended(_MirroredExtended):
     def __init__(self, container_strategy, resolver, options):
         comm = world_communicator()
-        threads = cap_cpu_threads(comm.local_size, get_config().cpu_threads)
         task_type, task_id, worker_id, chief = _worker_identity(resolver, comm)
         devices = _local_devices(resolver, comm, task_type, task_id)
+        cpu = sum(d.is_cpu for d in devices)  # a rank's CPU replicas share its cores too
+        threads = cap_cpu_threads(comm.local_size, get_config().cpu_threads, cpu_replicas=cpu)
         counts = comm.all_gather_object(len(devices))
         self._comm = comm
         self._num_workers = comm.size
@@ -188,6 +189,13 @@ class _MultiWorkerExtended(_MirroredExtended):
                       else wrap((v if type(v) is ndarray else as_array(v),), devices), d)
                      for v, d in pairs]
         return super()._batch_reduce_to(reduce_op, pairs, options)
+
+    def all_reduce_one_replica(self, reduce_op, arrays, options=None):
+        """One replica per rank: this replica's host arrays go straight to the communicator
+        (see ``StrategyExtended.all_reduce_one_replica``)."""
+        if len(self._device_specs) != 1 or self._num_workers == 1:
+            return None
+        return self._cross_device_ops.all_reduce_host_values(reduce_op, arrays, options)
 
     def all_reduce_packed(self, flat, layout):
         """The lean path of one replica per rank: sum this replica's packed host buffer

@@ -1,12 +1,11 @@
 """OneDeviceStrategy: one replica on one named device."""
 
-from mpidist.backend import device_context, num_gpus
-from mpidist.core import state
+from mpidist.backend import num_gpus
 from mpidist.core.devices import parse_device
+from mpidist.strategies.one_replica import call_one_replica
 from mpidist.strategies.replica_context import ReplicaContext
 from mpidist.strategies.single_replica import SingleReplicaExtended
 from mpidist.strategies.strategy import Strategy
-from mpidist.values.regroup import select_replica
 from mpidist.values.variables import Variable
 
 __all__ = ["OneDeviceStrategy"]
@@ -38,10 +37,8 @@ class _OneDeviceExtended(SingleReplicaExtended):
         self._device = device
 
     def _call_for_each_replica(self, fn, args, kwargs):
-        args, kwargs = select_replica(0, args), select_replica(0, kwargs)
-        with ReplicaContext(self._container_strategy(), 0), state.device_scope(self._device), \
-                device_context(self._device):
-            return fn(*args, **kwargs)
+        return call_one_replica(ReplicaContext(self._container_strategy(), 0), self._device, fn,
+                                args, kwargs)
 
     def _broadcast_to(self, tensor, destinations):
         return tensor

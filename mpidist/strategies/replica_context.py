@@ -7,11 +7,14 @@ from mpidist.core import nest, state
 from mpidist.core.user_calls import user_call
 from mpidist.ops.cross_device_ops import check_reducible
 from mpidist.strategies.context import require_replica_context
-from mpidist.types import as_reduce_op
+from mpidist.types import ReduceOp, as_reduce_op
 from mpidist.values.containers import DistributedValues, PerReplica
 from mpidist.values.regroup import contains_distributed, select_replica
 
 __all__ = ["ReplicaContext"]
+
+# The spellings a step passes every time, looked up without the Enum call (others convert).
+_REDUCE_OPS = {spelling: op for op in ReduceOp for spelling in (op, op.value, op.value.lower())}
 
 
 class _Contribution:
@@ -131,30 +134,50 @@ class ReplicaContext:
         Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
         and with the same arguments (docs/multi_worker.md, "Collective calls").
         """
-        reduce_op = as_reduce_op(reduce_op)
+        kind = type(reduce_op)
+        reduce_op = (kind is str or kind is ReduceOp) and _REDUCE_OPS.get(reduce_op) \
+            or as_reduce_op(reduce_op)
         require_replica_context(self)
-        leaves = nest.flatten(value)
+        # The common values, one array or a flat list / tuple of them, skip the nest walk.
+        kind = type(value)
+        if kind is np.ndarray:
+            leaves = [value]
+        elif (kind is list or kind is tuple) and all(type(v) is np.ndarray for v in value):
+            leaves = list(value)
+        else:
+            kind = None
+            leaves = nest.flatten(value)
         check_reducible("ReplicaContext.all_reduce", reduce_op, leaves)
         if self._is_single_replica():
+            return value  # one replica in all: its value is the sum and the mean
+        if kind is None:
+            if any(isinstance(v, DistributedValues)
+                   and not getattr(v, "_is_distributed_variable", False) for v in leaves):
+                raise TypeError(
+                    "ReplicaContext.all_reduce takes this replica's own values (arrays or "
+                    "numbers), not a distributed value: inside strategy.run each replica "
+                    "already holds its component; reduce a PerReplica with strategy.reduce "
+                    "outside run."
+                )
+            leaves = [as_array(v) for v in leaves]
+        if not leaves:
             return value
-        if any(isinstance(v, DistributedValues) and not getattr(v, "_is_distributed_variable", False)
-               for v in leaves):
-            raise TypeError(
-                "ReplicaContext.all_reduce takes this replica's own values (arrays or numbers), "
-                "not a distributed value: inside strategy.run each replica already holds its "
-                "component; reduce a PerReplica with strategy.reduce outside run."
-            )
-        flat = [as_array(v) for v in leaves]
-        if not flat:
-            return value
-
-        def merge_fn(strategy, boxes):
-            per_leaf = _per_leaf(boxes, strategy.extended._device_specs)
-            return strategy.extended._all_reduce_leaves(reduce_op, per_leaf, options)
-
         with user_call("ReplicaContext.all_reduce", reduce_op=reduce_op.value,
-                       num_values=len(flat)):
-            reduced = self.merge_call(merge_fn, args=(_Contribution(flat),))
+                       num_values=len(leaves)):
+            # One replica on this worker: straight to the communicator, no merge_call.
+            reduced = self._strategy.extended.all_reduce_one_replica(reduce_op, leaves, options)
+            if reduced is None:
+                def merge_fn(strategy, boxes):
+                    per_leaf = _per_leaf(boxes, strategy.extended._device_specs)
+                    return strategy.extended._all_reduce_leaves(reduce_op, per_leaf, options)
+
+                reduced = self.merge_call(merge_fn, args=(_Contribution(leaves),))
+        if kind is np.ndarray:
+            return reduced[0]
+        if kind is list:
+            return reduced if type(reduced) is list else list(reduced)
+        if kind is tuple:
+            return tuple(reduced)
         return nest.pack_sequence_as(value, reduced)
 
     def all_gather(self, value, axis, options=None):

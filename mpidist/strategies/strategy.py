@@ -144,6 +144,8 @@ class Strategy:
 
     def __init__(self, extended):
         self._extended = extended
+        # The cross-replica mode ``run`` enters; immutable, so one serves every call and thread.
+        self._run_mode = state.Mode(self, cross_replica=extended)
 
     @property
     def extended(self):
@@ -176,8 +178,22 @@ class Strategy:
         """
         _check_callable("Strategy.run", "fn", fn)
         kwargs = _check_run_arguments("Strategy.run", args, kwargs)
-        with self.scope():
-            return self._extended._call_for_each_replica(fn, tuple(args), kwargs)
+        if self._is_default:
+            with self.scope():
+                return self._extended._call_for_each_replica(fn, tuple(args), kwargs)
+        # What ``with self.scope():`` does, without building a scope object per step.
+        extended = self._extended
+        mode = state.current_mode()
+        if mode.cross_replica is extended:  # already in this strategy's scope
+            return extended._call_for_each_replica(fn, tuple(args), kwargs)
+        if not mode.is_default:
+            require_cross_replica_or_default(extended)  # raises: another scope, or inside run
+        run_mode = self._run_mode
+        state.push_mode(run_mode)
+        try:
+            return extended._call_for_each_replica(fn, tuple(args), kwargs)
+        finally:
+            state.pop_mode(run_mode)
 
     def reduce(self, reduce_op, value, axis=None):
         """Reduce ``value`` across replicas (and within each along ``axis``) to an array on the host.
@@ -370,6 +386,14 @@ class StrategyExtended:
 
     def _batch_reduce_to(self, reduce_op, pairs, options):
         return [self._reduce_to(reduce_op, v, d, options) for v, d in pairs]
+
+    def all_reduce_one_replica(self, reduce_op, arrays, options=None):
+        """The lean path of ``ReplicaContext.all_reduce`` where this worker runs one replica
+        and the job several: ``arrays`` (the replica's flat list of host arrays, checked by the
+        caller) reduced over every replica, as a list of new arrays. None where this strategy
+        has no such path for them; the replicas' values then meet in a ``merge_call``.
+        Collective where it returns arrays: every replica must call it."""
+        return None
 
     def broadcast_to(self, tensor, destinations):
         """Copy ``tensor`` to every device of ``destinations``."""

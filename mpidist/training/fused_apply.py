@@ -10,6 +10,11 @@ whatever the number of variables; any other call takes the per-variable path, wh
 correct because the variables are views into the arenas.
 """
 
+from itertools import repeat
+from operator import attrgetter
+
+import numpy as np
+
 from mpidist.backend import array_module, device_context
 from mpidist.core.devices import parse_device
 from mpidist.values.arena import Arena, can_share_storage
@@ -17,7 +22,7 @@ from mpidist.values.containers import DistributedValues
 from mpidist.values.distributed_variables import MirroredVariable
 from mpidist.values.variables import Variable
 
-__all__ = ["FusedPlan", "components_of", "grads_of_device"]
+__all__ = ["FusedPlan", "components_of", "grads_of_device", "grads_per_device"]
 
 
 def components_of(var):
@@ -52,6 +57,7 @@ class FusedPlan:
             self.grads.append(params.empty_like())
         self.layout = params.layout
         self.dtype = self.params[0].dtype
+        self._accepted = {False: None, True: None}  # exact_dtype -> signature that passed
 
     @classmethod
     def build(cls, variables, slot_vars, slot_names):
@@ -75,18 +81,29 @@ class FusedPlan:
             return None
         return cls(variables, slot_vars, slot_names)
 
-    def pack(self, index, grads, exact_dtype):
+    def pack(self, index, grads, exact_dtype, signature=None):
         """Copy the gradients of device ``index`` end to end into its gradient buffer; False
         (nothing else touched) when one is not an array of the buffer's kind, or, with
-        ``exact_dtype``, not of its dtype (a reduction must run in the gradients' own dtype)."""
+        ``exact_dtype``, not of its dtype (a reduction must run in the gradients' own dtype).
+
+        ``signature`` (optional) is ``GradientChecks``'s ``(types, shapes, dtypes)`` of
+        ``grads``: once gradients of that signature passed, later ones skip the per-gradient
+        test (the repeating step)."""
         flat = self.grads[index]
-        kind, dtype = type(flat), flat.dtype
-        for g in grads:
-            if type(g) is not kind or (exact_dtype and g.dtype != dtype):
+        if signature is None or self._accepted[exact_dtype] is not signature:
+            # C-level passes (map into a set), not a Python loop per gradient.
+            if set(map(type, grads)) != {type(flat)} \
+                    or (exact_dtype and set(map(_dtype, grads)) != {flat.dtype}):
                 return False
+            if signature is not None:
+                self._accepted[exact_dtype] = signature
         # One pass; the cast (where allowed) rounds as ``astype`` does in the per-variable path.
-        array_module(flat).concatenate([g.reshape(-1) for g in grads], out=flat,
-                                       casting="unsafe")
+        if type(flat) is np.ndarray:
+            # axis=None flattens each input in C order inside NumPy: no view per gradient.
+            np.concatenate(grads, axis=None, out=flat, casting="unsafe")
+        else:
+            array_module(flat).concatenate([g.reshape(-1) for g in grads], out=flat,
+                                           casting="unsafe")
         return True
 
     def update(self, index, fused_update, lr, step):
@@ -102,3 +119,16 @@ class FusedPlan:
 def grads_of_device(grads, index):
     """Device ``index``'s gradients from the merged (cross-replica) gradient list."""
     return [g.values[index] if isinstance(g, DistributedValues) else g for g in grads]
+
+
+def grads_per_device(grads, num_devices):
+    """Every device's gradients (a list per device) from the merged gradient list: one C-level
+    transposition when every gradient is distributed (the all-reduced case)."""
+    if all(map(isinstance, grads, repeat(DistributedValues))):
+        per_device = list(zip(*map(_values, grads)))
+        if len(per_device) == num_devices:
+            return per_device
+    return [grads_of_device(grads, i) for i in range(num_devices)]
+
+
+_dtype, _values = attrgetter("dtype"), attrgetter("values")

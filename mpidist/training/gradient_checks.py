@@ -6,6 +6,8 @@ changes when a check fails. The checks are one pass over the pairs with cheap ty
 the hot path (arrays of the right dtype and shape) pays a few attribute reads per variable.
 """
 
+from operator import attrgetter, is_, itemgetter
+
 import numpy as np
 
 from mpidist.strategies.context import has_strategy
@@ -153,35 +155,52 @@ class GradientChecks:
     """``checked_pairs`` with a memory of the last call that passed every check, for the step
     that repeats: when the same variables come in the same order, under the same strategy,
     with gradients of the same array type, shape and dtype as last time, every check has the
-    same outcome, so a comparison per pair replaces the checks (and no error is lost: any
-    difference takes the full path). Replica threads share it: the memory is one tuple,
-    replaced whole."""
+    same outcome, so comparing with the memory replaces the checks (and no error is lost: any
+    difference takes the full path). The comparison is a few C-level passes (``map`` and
+    tuple equality), not a Python loop per pair, so its cost hardly grows with the number of
+    variables. Replica threads share it: the memory is one tuple, replaced whole."""
 
     __slots__ = ("_memo",)
 
     def __init__(self):
-        self._memo = (None, (), ())  # (strategy, variables, (type, shape, dtype) per gradient)
+        # (strategy, variables, (types, shapes, dtypes) of the gradients); the signature tuple
+        # is a new object whenever the full checks ran (see ``check``).
+        self._memo = (None, (), ((), (), ()))
 
     def check(self, grads_and_vars, name, strategy):
-        """``(gradients, variables)``: the gradient arrays and the variables they update (a
-        tuple; the same tuple object as last time when nothing changed)."""
+        """``(gradients, variables, signature)``: the gradient arrays (a list), the variables
+        they update (a tuple; the same tuple object as last time when nothing changed) and the
+        gradients' ``(types, shapes, dtypes)`` (the same object as long as the calls repeat, so
+        a caller may remember what it verified of it)."""
         _check_name(name)
-        if type(grads_and_vars) is not list and type(grads_and_vars) is not zip:
+        kind = type(grads_and_vars)
+        if kind is not list and kind is not zip:
             return self._full(grads_and_vars, name, strategy)
-        items = grads_and_vars if type(grads_and_vars) is list else list(grads_and_vars)
-        known, variables, expected = self._memo
-        if strategy is known and len(items) == len(variables):
-            grads = []
-            for item, v, (kind, shape, dtype) in zip(items, variables, expected):
-                if type(item) is not tuple or len(item) != 2:
-                    break
-                g, w = item
-                if w is not v or type(g) is not kind or g.shape != shape or g.dtype is not dtype:
-                    break
-                grads.append(g)
-            else:
-                return grads, variables
+        items = grads_and_vars if kind is list else list(grads_and_vars)
+        memo = self._memo
+        known, variables, signature = memo
+        if strategy is known and len(items) == len(variables) and items \
+                and self._pairs_repeat(items, kind is zip, variables):
+            grads = list(map(_first, items))
+            try:
+                if tuple(map(type, grads)) == signature[0] \
+                        and tuple(map(_shape, grads)) == signature[1] \
+                        and tuple(map(_dtype, grads)) == signature[2]:
+                    return grads, variables, signature
+            except AttributeError:  # an object of a remembered type may still lack them
+                pass
         return self._full(items, name, strategy)
+
+    @staticmethod
+    def _pairs_repeat(items, from_zip, variables):
+        """Every item is a (gradient, variable) tuple with the remembered variable."""
+        if from_zip:  # a zip yields tuples of one length: checking the first checks them all
+            first = items[0]
+            if type(first) is not tuple or len(first) != 2:
+                return False
+        elif set(map(type, items)) != _TUPLE or set(map(len, items)) != _TWO:
+            return False
+        return all(map(is_, map(_second, items), variables))
 
     def _full(self, grads_and_vars, name, strategy):
         pairs = checked_pairs(grads_and_vars, name, strategy)
@@ -189,7 +208,14 @@ class GradientChecks:
         variables = tuple(v for _, v in pairs)
         known, old, _ = self._memo
         if strategy is known and len(old) == len(variables) \
-                and all(a is b for a, b in zip(old, variables)):
+                and all(map(is_, old, variables)):
             variables = old  # keep the tuple the fused plan recognises
-        self._memo = (strategy, variables, tuple((type(g), g.shape, g.dtype) for g in grads))
-        return grads, variables
+        signature = (tuple(map(type, grads)), tuple(map(_shape, grads)),
+                     tuple(map(_dtype, grads)))
+        self._memo = (strategy, variables, signature)
+        return grads, variables, signature
+
+
+_first, _second = itemgetter(0), itemgetter(1)
+_shape, _dtype = attrgetter("shape"), attrgetter("dtype")
+_TUPLE, _TWO = {tuple}, {2}

@@ -16,7 +16,7 @@ from mpidist.core.user_calls import user_call
 from mpidist.strategies.context import get_replica_context, get_strategy, in_cross_replica_context
 from mpidist.strategies.default import get_default_strategy
 from mpidist.kernels import optimizers as fused_kernels
-from mpidist.training.fused_apply import FusedPlan, components_of, grads_of_device
+from mpidist.training.fused_apply import FusedPlan, components_of, grads_per_device
 from mpidist.training.gradient_checks import GradientChecks
 from mpidist.training.deferred_restore import restore_deferred
 from mpidist.types import ReduceOp, VariableAggregation
@@ -185,14 +185,14 @@ class Optimizer:
                 "`apply_gradients() cannot be called in cross-replica context. Use "
                 "`mpidist.Strategy.run` to enter replica context.")
         strategy = get_strategy()
-        grads, variables = self._checks.check(grads_and_vars, name, strategy)
+        grads, variables, signature = self._checks.check(grads_and_vars, name, strategy)
         self._check_strategy(strategy)
         ctx = get_replica_context()
         hyperparameters = self.hyperparameters()
         with user_call("Optimizer.apply_gradients", num_variables=len(variables),
                        aggregate=bool(experimental_aggregate_gradients), **hyperparameters):
-            if self._lean_apply(strategy, grads, variables, experimental_aggregate_gradients,
-                                hyperparameters["learning_rate"]):
+            if self._lean_apply(strategy, grads, variables, signature,
+                                experimental_aggregate_gradients, hyperparameters["learning_rate"]):
                 return self._iterations
             if experimental_aggregate_gradients and ctx is not None:
                 grads = list(ctx.all_reduce(ReduceOp.SUM, grads))
@@ -273,7 +273,7 @@ class Optimizer:
         return {id(v) for plan in self._plans.values() if plan is not None
                 for v in plan.variables}
 
-    def _lean_apply(self, strategy, grads, variables, aggregate, lr):
+    def _lean_apply(self, strategy, grads, variables, signature, aggregate, lr):
         """One local replica (OneDevice, the default strategy, one replica per rank): pack the
         gradients once, sum them across ranks as one buffer, one fused kernel, no merge_call.
         False (nothing touched) where this path does not apply; the caller then takes the
@@ -290,7 +290,8 @@ class Optimizer:
             return False  # the first step creates the slots, in cross-replica context
         plan = self._plan_for(variables)
         # One copy per variable means one local replica: no other replica thread runs this.
-        if plan is None or plan.num_devices != 1 or not plan.pack(0, grads, exact_dtype=reduce):
+        if plan is None or plan.num_devices != 1 \
+                or not plan.pack(0, grads, exact_dtype=reduce, signature=signature):
             return False
         flat = plan.grads[0]
         if reduce and not extended.all_reduce_packed(flat, plan.layout):
@@ -313,12 +314,14 @@ class Optimizer:
 
     def _distributed_apply(self, strategy, grads, variables):
         """Cross-replica: update each variable's every copy, then count the step once."""
-        self.build(variables)
+        last = self._last_plan
+        if last is None or last.variables is not variables:  # a plan's variables have slots
+            self.build(variables)
         lr = self._current_learning_rate()
         plan = None if self.clipnorm is not None or self.global_clipnorm is not None \
             else self._plan_for(variables)
         if plan is not None:
-            per_device = [grads_of_device(grads, i) for i in range(plan.num_devices)]
+            per_device = grads_per_device(grads, plan.num_devices)
             if all(plan.pack(i, g, exact_dtype=False) for i, g in enumerate(per_device)):
                 for i in range(plan.num_devices):
                     self._fused_step(plan, i, lr)
