@@ -28,24 +28,25 @@ LOOPBACK_ENV = {
 }
 
 
-def find_mpiexec():
-    """Path of the launcher, or None if there is none."""
+def _launcher(names, fallback):
+    """The first of ``names`` next to this interpreter (the mpich wheel's), else ``fallback``
+    on PATH, else None."""
     bindir = Path(sys.executable).parent
-    for name in ("mpiexec.gforker", "mpiexec"):
+    for name in names:
         candidate = bindir / name
         if candidate.exists():
             return str(candidate)
-    return shutil.which("mpiexec")
+    return shutil.which(fallback)
+
+
+def find_mpiexec():
+    """Path of the launcher, or None if there is none."""
+    return _launcher(("mpiexec.gforker", "mpiexec"), "mpiexec")
 
 
 def find_hydra():
     """Path of MPICH's Hydra launcher (which can simulate several nodes), or None."""
-    bindir = Path(sys.executable).parent
-    for name in ("mpiexec.hydra", "mpiexec"):
-        candidate = bindir / name
-        if candidate.exists():
-            return str(candidate)
-    return shutil.which("mpiexec.hydra")
+    return _launcher(("mpiexec.hydra", "mpiexec"), "mpiexec.hydra")
 
 
 def launch(nprocs, argv, timeout, extra_env=None, nodes=1):
