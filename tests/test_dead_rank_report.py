@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from mpi_launch import LOOPBACK_ENV, find_mpiexec
+from mpi_launch import LOOPBACK_ENV
 from test_mpi_failures import remove_leaked_mpich_segments  # noqa: F401 - autouse fixture
 
 from mpidist.comm.communicator import CollectiveCall
@@ -36,8 +36,6 @@ HOST = socket.gethostname()
 STEP1 = "#3 all_reduce(op=sum, dtype=float64, shape=[3])"  # finished before dying between
 STEP2 = "#4 all_reduce(op=sum, dtype=float64, shape=[3])"  # died inside it
 HEAD = "mpidist: rank "
-
-pytestmark = pytest.mark.skipif(find_mpiexec() is None, reason="no mpiexec")
 
 
 def mpidist_run(nprocs, *args, timeout=LAUNCH_TIMEOUT):

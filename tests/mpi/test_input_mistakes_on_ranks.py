@@ -187,7 +187,7 @@ def test_generator_and_list_sources_of_different_lengths(local):
 def test_ranks_that_disagree_on_the_policy_get_an_error_on_every_rank():
     s = mwms(1)
     if size == 1:
-        pytest.skip("one rank cannot disagree with itself")
+        pytest.skip("a disagreement needs two ranks; this test runs again at 2 and 4 ranks")
     policy = AutoShardPolicy.OFF if rank == 0 else AutoShardPolicy.DATA
     with pytest.raises(InvalidArgumentError) as info:
         s.experimental_distribute_dataset(with_policy(Dataset.range(4 * size).batch(size), policy))
@@ -205,7 +205,7 @@ def test_end_of_data_agreement_is_labelled_in_a_mismatch():
     instead of next(iterator) gets an error that names DistributedIterator.get_next."""
     s = mwms(1)
     if size == 1:
-        pytest.skip("needs two ranks")
+        pytest.skip("a mismatch needs two ranks; this test runs again at 2 and 4 ranks")
     dist = s.experimental_distribute_dataset(
         with_policy(Dataset.range(4 * size).batch(2 * size), AutoShardPolicy.FILE))
     it = iter(dist)

@@ -153,7 +153,8 @@ def test_results_are_not_overwritten_by_later_calls(strategy):
 def test_straight_to_the_communicator_with_the_label(strategy, monkeypatch, value, expected):
     """One collective, labelled with the user's call, and no merge_call round-trip."""
     if size == 1:
-        pytest.skip("one replica in all: all_reduce is the identity")
+        pytest.skip("one replica in all issues no collective (all_reduce is the identity, "
+                    "tested in tests/unit/test_lean_run.py); this runs again at 2 and 4 ranks")
     communicator = world_communicator()
     seen, depth = [], [0]
     for name in ("all_reduce", "all_reduce_packs"):
