@@ -42,6 +42,9 @@ def as_reduce_op(reduce_op):
         ValueError: ``reduce_op`` is a string naming no ReduceOp (``'MAX' is not a valid ReduceOp``).
         TypeError: ``reduce_op`` is neither a ReduceOp nor a string.
     """
+    known = _KNOWN_SPELLINGS.get(reduce_op) if type(reduce_op) in (str, ReduceOp) else None
+    if known is not None:  # the hot path: ReduceOp.SUM, "SUM", "sum", ...
+        return known
     if isinstance(reduce_op, ReduceOp):
         return reduce_op
     if isinstance(reduce_op, str):
@@ -55,6 +58,10 @@ def as_reduce_op(reduce_op):
     raise TypeError(
         f"Expected `reduce_op` to be a `mpidist.ReduceOp` or a string, not: {reduce_op!r}"
     )
+
+
+# Every ReduceOp under the spellings users write: itself, its value, its value in lower case.
+_KNOWN_SPELLINGS = {spelling: op for op in ReduceOp for spelling in (op, op.value, op.value.lower())}
 
 
 class VariableSynchronization(enum.Enum):

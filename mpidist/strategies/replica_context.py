@@ -7,16 +7,13 @@ from mpidist.core import nest, state
 from mpidist.core.user_calls import user_call
 from mpidist.ops.cross_device_ops import check_reducible
 from mpidist.strategies.context import require_replica_context
-from mpidist.types import ReduceOp, as_reduce_op
+from mpidist.types import as_reduce_op
 from mpidist.values.containers import DistributedValues, PerReplica
 from mpidist.values.regroup import contains_distributed, select_replica
 
 __all__ = ["ReplicaContext"]
 
 # The spellings a step passes every time, looked up without the Enum call (others convert).
-_REDUCE_OPS = {spelling: op for op in ReduceOp for spelling in (op, op.value, op.value.lower())}
-
-
 class _Contribution:
     """One replica's flattened argument to a collective; a distinct object per replica, so
     that regrouping never mistakes equal contributions for one shared value."""
@@ -134,9 +131,7 @@ class ReplicaContext:
         Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
         and with the same arguments (docs/multi_worker.md, "Collective calls").
         """
-        kind = type(reduce_op)
-        reduce_op = (kind is str or kind is ReduceOp) and _REDUCE_OPS.get(reduce_op) \
-            or as_reduce_op(reduce_op)
+        reduce_op = as_reduce_op(reduce_op)
         require_replica_context(self)
         # The common values, one array or a flat list / tuple of them, skip the nest walk.
         kind = type(value)
