@@ -7,6 +7,7 @@ Public methods validate and normalise their inputs, take TF's shortcuts, then ca
 import numpy as np
 
 from mpidist.backend import as_array, is_array
+from mpidist.core.messages import short_repr
 from mpidist.errors import InvalidArgumentError
 from mpidist.ops.destinations import resolve_devices, simple_broadcast, validate_destinations
 from mpidist.types import ReduceOp, as_reduce_op
@@ -49,14 +50,10 @@ def check_reducible(method, reduce_op, value):
                 raise TypeError(
                     f"{method} cannot reduce {what} with {reduce_op}: only numbers (integer, "
                     "floating or complex dtypes) can be summed or averaged. Got "
-                    f"{_short_repr(part)}. Cast it first, e.g. x.astype(np.int32) to count "
+                    f"{short_repr(part, 80)}. Cast it first, e.g. x.astype(np.int32) to count "
                     "booleans, or reduce a numeric encoding of it."
                 )
 
-
-def _short_repr(x):
-    text = " ".join(repr(x).split())  # one line, so messages stay greppable
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def as_per_replica(value):
@@ -193,7 +190,7 @@ def check_pairs_iterable(value_destination_pairs):
     if not isinstance(value_destination_pairs, (list, tuple)):
         raise TypeError(
             "value_destination_pairs must be a list of (value, destinations) tuples, got "
-            f"{type(value_destination_pairs).__name__} {_short_repr(value_destination_pairs)}; "
+            f"{type(value_destination_pairs).__name__} {short_repr(value_destination_pairs, 80)}; "
             "e.g. [(per_replica, '/cpu:0')]."
         )
 

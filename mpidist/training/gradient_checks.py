@@ -10,6 +10,7 @@ from operator import attrgetter, is_, itemgetter
 
 import numpy as np
 
+from mpidist.core.messages import short_repr
 from mpidist.strategies.context import has_strategy
 from mpidist.values.containers import DistributedValues
 from mpidist.values.variables import Variable
@@ -19,10 +20,6 @@ __all__ = ["checked_pairs", "GradientChecks"]
 # Gradient dtypes a real variable accepts: they are cast to the variable's dtype.
 _REAL_KINDS = frozenset("iuf")
 
-
-def _short(x):
-    text = " ".join(repr(x).split())  # one line, so messages stay greppable
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _describe_owner(var):
@@ -48,7 +45,7 @@ def _as_gradient(g, index, var):
     except ValueError:  # a ragged nested list has no array form
         raise ValueError(
             f"apply_gradients: the gradient of pair {index} (for variable {var.name!r}) is not "
-            f"an array: {_short(g)}; pass an array of shape {tuple(var.shape)}."
+            f"an array: {short_repr(g)}; pass an array of shape {tuple(var.shape)}."
         ) from None
 
 
@@ -58,11 +55,11 @@ def _check_name(name):
     if isinstance(name, (list, tuple)) or hasattr(name, "__iter__"):
         raise TypeError(
             "apply_gradients takes ONE iterable of (gradient, variable) pairs; its second "
-            f"argument is `name`, got {type(name).__name__} {_short(name)}. It looks like "
+            f"argument is `name`, got {type(name).__name__} {short_repr(name)}. It looks like "
             "apply_gradients(gradients, variables) was called: pass "
             "zip(gradients, variables) instead."
         )
-    raise TypeError(f"apply_gradients: `name` must be a string or None, got {_short(name)}.")
+    raise TypeError(f"apply_gradients: `name` must be a string or None, got {short_repr(name)}.")
 
 
 def checked_pairs(grads_and_vars, name, strategy):
@@ -80,7 +77,7 @@ def checked_pairs(grads_and_vars, name, strategy):
             or hasattr(grads_and_vars, "dtype") or not hasattr(grads_and_vars, "__iter__"):
         raise TypeError(
             "apply_gradients takes an iterable of (gradient, variable) pairs, got "
-            f"{type(grads_and_vars).__name__} {_short(grads_and_vars)}; pass e.g. "
+            f"{type(grads_and_vars).__name__} {short_repr(grads_and_vars)}; pass e.g. "
             "zip(gradients, variables)."
         )
     extended = strategy.extended
@@ -90,19 +87,19 @@ def checked_pairs(grads_and_vars, name, strategy):
         if type(item) is not tuple and not isinstance(item, (tuple, list)) or len(item) != 2:
             raise ValueError(
                 f"apply_gradients: element {index} of grads_and_vars is {type(item).__name__} "
-                f"{_short(item)}; each element must be a (gradient, variable) pair: pass "
+                f"{short_repr(item)}; each element must be a (gradient, variable) pair: pass "
                 "zip(gradients, variables)."
             )
         g, v = item
         if not isinstance(v, Variable):
             if isinstance(g, Variable):
                 raise TypeError(
-                    f"apply_gradients: pair {index} is (variable {g.name!r}, {_short(v)}): the "
+                    f"apply_gradients: pair {index} is (variable {g.name!r}, {short_repr(v)}): the "
                     "order is (gradient, variable); pass zip(gradients, variables)."
                 )
             raise TypeError(
                 f"apply_gradients: the variable of pair {index} is {type(v).__name__} "
-                f"{_short(v)}, not an mpidist.Variable; pass the variables the model trains "
+                f"{short_repr(v)}, not an mpidist.Variable; pass the variables the model trains "
                 "(created with mpidist.Variable inside strategy.scope())."
             )
         previous = seen.get(id(v))

@@ -9,6 +9,7 @@ import numbers
 import numpy as np
 
 from mpidist.backend import array_module
+from mpidist.core.messages import short_repr
 from mpidist.errors import InvalidArgumentError
 from mpidist.strategies.context import get_strategy, has_strategy, in_cross_replica_context
 from mpidist.types import ReduceOp
@@ -27,17 +28,13 @@ def _as_loss_array(per_example_loss, what="per_example_loss"):
     loss = xp.asarray(per_example_loss, dtype=object if per_example_loss is None else None)
     if loss.dtype.kind not in "iuf":
         raise TypeError(
-            f"{what} must hold real numbers (float or integer), got {_short(per_example_loss)} "
+            f"{what} must hold real numbers (float or integer), got {short_repr(per_example_loss)} "
             f"of dtype {loss.dtype}; pass a float array."
         )
     if not np.issubdtype(loss.dtype, np.floating):
         loss = loss.astype(np.float64)  # a mean of integers is not an integer
     return xp, loss
 
-
-def _short(x):
-    text = " ".join(repr(x).split())  # one line, so messages stay greppable
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _weights_like(xp, weights, loss):
@@ -46,7 +43,7 @@ def _weights_like(xp, weights, loss):
     w = xp.asarray(weights)
     if w.dtype.kind not in "iuf":
         raise TypeError(
-            f"sample_weight must hold real numbers, got {_short(weights)} of dtype {w.dtype}; "
+            f"sample_weight must hold real numbers, got {short_repr(weights)} of dtype {w.dtype}; "
             "pass one float weight per example or a scalar.")
     w = w.astype(loss.dtype, copy=False)
     if w.ndim == loss.ndim + 1 and w.shape[-1] == 1:

@@ -14,6 +14,7 @@ import numpy as np
 
 from mpidist.backend import array_module, as_array
 from mpidist.core import state
+from mpidist.core.messages import short_repr
 from mpidist.core.user_calls import user_call
 from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues
@@ -67,16 +68,12 @@ def _as_arrays(*values):
     return xp, converted
 
 
-def _short(x):
-    text = " ".join(repr(x).split())  # one line, so messages stay greppable
-    return text if len(text) <= 60 else text[:57] + "..."
-
 
 def _check_input(metric, what, given, arr, kinds="biuf", required=False):
     """TypeError unless ``arr`` (converted from ``given``) has a dtype kind in ``kinds``."""
     if arr is None and required or arr is not None and arr.dtype.kind not in kinds:
         raise TypeError(
-            f"Metric {metric._name!r}: {what} must hold real numbers, got {_short(given)} "
+            f"Metric {metric._name!r}: {what} must hold real numbers, got {short_repr(given)} "
             f"(dtype {getattr(arr, 'dtype', None)}); pass a numeric array."
         )
 

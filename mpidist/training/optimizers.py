@@ -12,6 +12,7 @@ import numpy as np
 
 from mpidist.backend import array_module
 from mpidist.core import state
+from mpidist.core.messages import short_repr
 from mpidist.core.user_calls import user_call
 from mpidist.strategies.context import get_replica_context, get_strategy, in_cross_replica_context
 from mpidist.strategies.default import get_default_strategy
@@ -56,10 +57,6 @@ class UnknownSlotError(ValueError):
     """``get_slot`` of a variable or slot name the optimizer does not have (a bad argument;
     Keras 2 raised a bare KeyError from its slot dictionary)."""
 
-
-def _short_repr(x):
-    text = " ".join(repr(x).split())  # one line, so messages stay greppable
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _components(x):
@@ -153,7 +150,7 @@ class Optimizer:
         """The slot variable ``slot_name`` of ``var``; UnknownSlotError (a ValueError) if it has
         none."""
         index = self._var_index.get(id(var))
-        shown = getattr(var, "name", None) or _short_repr(var)
+        shown = getattr(var, "name", None) or short_repr(var)
         if index is None:
             raise UnknownSlotError(
                 f"Optimizer {self.name!r} has no slots for variable {shown!r}: it has not "

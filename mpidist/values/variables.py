@@ -11,6 +11,7 @@ import numpy as np
 from mpidist.backend import array_module, as_array, copy_to_device, device_of
 from mpidist.core import state
 from mpidist.core.devices import parse_device
+from mpidist.core.messages import short_repr
 from mpidist.types import VariableAggregation, VariableSynchronization
 from mpidist.values.containers import PerReplica
 
@@ -50,10 +51,6 @@ class _VariableMeta(type):
         return creator(*args, **kwargs)
 
 
-def _short(x):
-    text = " ".join(repr(x).split())  # one line, so messages stay greppable
-    return text if len(text) <= 60 else text[:57] + "..."
-
 
 def _as_shape(shape):
     """``shape`` as a tuple of ints; TypeError naming it otherwise."""
@@ -84,13 +81,13 @@ def _initial_array(initial_value, dtype, shape):
                          dtype=np.dtype(dtype) if dtype is not None else None)
     except ValueError as exc:  # ragged nested lists, strings that are not numbers
         raise ValueError(
-            f"initial_value {_short(initial_value)} cannot become an array"
+            f"initial_value {short_repr(initial_value)} cannot become an array"
             + (f" of dtype {dtype}" if dtype is not None else "")
             + f" ({exc}); pass an array or a nested list of equal-length rows."
         ) from None
     if arr.dtype.kind == "O":
         raise TypeError(
-            f"initial_value {_short(initial_value)} gives an array of Python objects; a "
+            f"initial_value {short_repr(initial_value)} gives an array of Python objects; a "
             "Variable holds numbers (or strings): pass numeric values or set dtype."
         )
     if shape is not None and tuple(arr.shape) != _as_shape(shape):
@@ -270,13 +267,13 @@ class Variable(metaclass=_VariableMeta):
             arr = as_array(value, self._device)
         except ValueError:  # a ragged nested list has no array form
             raise ValueError(
-                f"Cannot assign {_short(value)} to variable {self._name!r}: it is not an array "
+                f"Cannot assign {short_repr(value)} to variable {self._name!r}: it is not an array "
                 f"of shape {self.shape}; pass an array or a nested list of equal-length rows."
             ) from None
         kind, own = arr.dtype.kind, self.dtype.kind
         if (kind in "OSUV" or kind == "b") and kind != own:
             raise TypeError(
-                f"Cannot assign {_short(value)} (dtype {arr.dtype}) to variable {self._name!r} "
+                f"Cannot assign {short_repr(value)} (dtype {arr.dtype}) to variable {self._name!r} "
                 f"of dtype {self.dtype}: pass a numeric array of shape {self.shape}"
                 + (" (booleans are not numbers here: cast with .astype first)." if kind == "b"
                    else ".")
