@@ -237,6 +237,11 @@ class Optimizer:
         return grads
 
     # -- the fused path (docs/training.md, "How the step is fast") -----------------------------
+    @property
+    def _clips_by_norm(self):
+        """Norm clipping needs every gradient's norm first: it keeps the per-variable path."""
+        return self.clipnorm is not None or self.global_clipnorm is not None
+
     def _fusable(self):
         """Whether this class's update is the fused kernel's: a subclass that overrides
         ``_update_step`` without a ``_fused_update`` of its own keeps the per-variable path."""
@@ -276,7 +281,7 @@ class Optimizer:
         False (nothing touched) where this path does not apply; the caller then takes the
         general one."""
         extended = strategy.extended
-        if self.clipnorm is not None or self.global_clipnorm is not None:
+        if self._clips_by_norm:
             return False
         reduce = aggregate and strategy.num_replicas_in_sync > 1
         if reduce and getattr(extended, "all_reduce_packed", None) is None:
@@ -315,8 +320,7 @@ class Optimizer:
         if last is None or last.variables is not variables:  # a plan's variables have slots
             self.build(variables)
         lr = self._current_learning_rate()
-        plan = None if self.clipnorm is not None or self.global_clipnorm is not None \
-            else self._plan_for(variables)
+        plan = None if self._clips_by_norm else self._plan_for(variables)
         if plan is not None:
             per_device = grads_per_device(grads, plan.num_devices)
             if all(plan.pack(i, g, exact_dtype=False) for i, g in enumerate(per_device)):
