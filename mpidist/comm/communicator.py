@@ -124,6 +124,7 @@ class Communicator:
     def __init__(self, comm=None):
         mpi = mpi_module()
         self._mpi = mpi
+        self._mpi_ops = {"sum": mpi.SUM, "max": mpi.MAX, "min": mpi.MIN, "prod": mpi.PROD}
         base = mpi.COMM_WORLD if comm is None else comm
         if comm is None:
             check_launch(base.Get_size())
@@ -273,7 +274,7 @@ class Communicator:
             self._shm.all_reduce(buf, wait, send)
             return
         source = self._mpi.IN_PLACE if send is None else send
-        mpi_op = self._mpi_op(op)
+        mpi_op = self._mpi_ops[op]
         wait.blocking(lambda: self._comm.Allreduce(source, buf, mpi_op),
                       lambda: self._comm.Iallreduce(source, buf, mpi_op), "all-reduce")
 
@@ -391,10 +392,6 @@ class Communicator:
             self._watchdog_thread = _Watchdog(self)
             self._watchdog_thread.start()
         return self._watchdog_thread
-
-    def _mpi_op(self, op):
-        return {"sum": self._mpi.SUM, "max": self._mpi.MAX, "min": self._mpi.MIN,
-                "prod": self._mpi.PROD}[op]
 
     @property
     def has_shared_memory(self):

@@ -162,8 +162,11 @@ class CollectiveAllReduce(ReductionToOneDevice):
         layout = self._fusion.layout_of(tuple(a.shape for a in arrays))
         with self._fusion.lock:
             flat = self._fusion.host_result(layout.total, dtype)
-            np.concatenate([a.reshape(-1) for a in arrays], out=flat)
+            # axis=None flattens each input in C order inside NumPy: no view per tensor.
+            np.concatenate(arrays, axis=None, out=flat)
             flat = self._across_workers(flat, reduce_op, options, layout)
+            if type(destinations) is np.ndarray:  # the one host destination: views of flat
+                return layout.views(flat)
             results = [None] * len(arrays)
             items = [(i, None) for i in range(len(arrays))]
             self._unpack_to(flat, layout, items, destinations, results, self._fusion)

@@ -113,9 +113,9 @@ class _MirroredExtended(StrategyExtended):
         return dataclasses.replace(super()._input_workers(), per_replica_allowed=True)
 
     def _make_replica_context(self, index):
-        ctx = ReplicaContext(self._container_strategy(), index + self._replica_id_offset())
-        ctx._local_replica_id = index  # ids are global; components are indexed locally
-        return ctx
+        # ids are global; components are indexed locally
+        return ReplicaContext.for_replica(self._container_strategy(),
+                                          index + self._replica_id_offset(), index)
 
     # -- run ------------------------------------------------------------------------------
     def _check_distributed_args(self, args, kwargs):
@@ -139,8 +139,12 @@ class _MirroredExtended(StrategyExtended):
             self._check_distributed_args(args, kwargs)
         result = call_one_replica(self._make_replica_context(0), self._device_specs[0], fn,
                                   args, kwargs)
-        if type(result) in PLAIN_TYPES:  # nothing to regroup
+        kind = type(result)
+        if kind in PLAIN_TYPES:  # nothing to regroup
             return result
+        # A flat list or tuple of plain values (the usual step output) regroups to itself.
+        if (kind is list or kind is tuple) and all(type(v) in PLAIN_TYPES for v in result):
+            return list(result) if kind is list else result
         return regroup((result,), PerReplica, self._device_specs)
 
     # -- reductions -----------------------------------------------------------------------

@@ -37,8 +37,9 @@ class _OneDeviceExtended(SingleReplicaExtended):
         self._device = device
 
     def _call_for_each_replica(self, fn, args, kwargs):
-        return call_one_replica(ReplicaContext(self._container_strategy(), 0), self._device, fn,
-                                args, kwargs)
+        # A new context per run, as TF makes one: a context kept from an earlier run is stale.
+        ctx = ReplicaContext.for_replica(self._container_strategy(), 0, 0)
+        return call_one_replica(ctx, self._device, fn, args, kwargs)
 
     def _broadcast_to(self, tensor, destinations):
         return tensor

@@ -55,11 +55,28 @@ class ReplicaContext:
         self._replica_id = None if rid is None else int(rid)
         self._local_replica_id = self._replica_id or 0
         self._coordinator = None  # set by a multi-replica runner: it performs merge_calls
+        self._mode = None  # made on first entry
+
+    @classmethod
+    def for_replica(cls, strategy, replica_id, local_replica_id):
+        """The context a strategy makes for one replica of a ``run``: ``replica_id`` among all
+        replicas in sync, ``local_replica_id`` among this worker's (both ints it computed, so
+        the user-facing validation of ``__init__`` is skipped on this per-step path)."""
+        ctx = cls.__new__(cls)
+        ctx._strategy = strategy
+        ctx._replica_id = replica_id
+        ctx._local_replica_id = local_replica_id
+        ctx._coordinator = None
+        ctx._mode = None
+        return ctx
 
     def __enter__(self):
-        self._mode = state.Mode(self._strategy, None, self,
-                                is_default=self._strategy is not None and self._strategy._is_default)
-        state.push_mode(self._mode)
+        mode = self._mode
+        if mode is None:
+            mode = self._mode = state.Mode(
+                self._strategy, None, self,
+                is_default=self._strategy is not None and self._strategy._is_default)
+        state.push_mode(mode)
         return self
 
     def __exit__(self, *exc):

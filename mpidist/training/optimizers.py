@@ -306,13 +306,21 @@ class Optimizer:
         if self.clipvalue is not None:  # elementwise, so one pass over the arena is exact
             xp = array_module(plan.grads[index])
             xp.clip(plan.grads[index], -self.clipvalue, self.clipvalue, out=plan.grads[index])
-        step = int(np.asarray(self._iterations)) + 1
-        plan.update(index, self._fused_update, lr, step)
+        plan.update(index, self._fused_update, lr, self._completed_steps() + 1)
+
+    def _completed_steps(self):
+        """``iterations`` as an int, read in place from its first copy (the copies agree)."""
+        copies = components_of(self._iterations)
+        if copies is None:  # not a plain or mirrored variable: read it the public way
+            return int(np.asarray(self._iterations))
+        return int(copies[0].storage)
 
     def _count_step(self):
-        """``iterations += 1`` on every copy (the fused path runs in replica context)."""
+        """``iterations += 1`` on every copy (the fused path runs in replica context), in
+        place: the counter is the optimizer's own int64, so no assign checks are needed."""
         for copy in components_of(self._iterations):
-            copy.assign_add(1, read_value=False)
+            storage = copy.storage
+            storage += 1  # ndarray / CuPy in-place add
 
     def _distributed_apply(self, strategy, grads, variables):
         """Cross-replica: update each variable's every copy, then count the step once."""
