@@ -67,7 +67,7 @@ def bench_single_tensor(strategy, comm, nbytes, rounds):
     value = strategy.experimental_distribute_values_from_function(lambda ctx: send)
     expected = comm.size * (comm.size + 1) / 2
     np.testing.assert_array_equal(strategy.reduce("SUM", value, axis=None), expected)
-    communicator = strategy.extended._comm
+    communicator = strategy.extended.communicator
     reduce = lambda: strategy.reduce("SUM", value, axis=None)  # noqa: E731
     own = send.copy()
     all_reduce = lambda: communicator.all_reduce(own, send=send)  # noqa: E731
@@ -143,7 +143,7 @@ def main(argv=None):
     comm = MPI.COMM_WORLD
     strategy = mpidist.MultiWorkerMirroredStrategy()
     report = comm.rank == 0
-    communicator = strategy.extended._comm
+    communicator = strategy.extended.communicator
     if report:
         print(f"{comm.size} ranks on {communicator.num_nodes} node(s), MPI: "
               f"{MPI.Get_library_version().splitlines()[0]}; thread level "

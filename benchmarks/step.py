@@ -1,5 +1,5 @@
 """The step a user writes, beside its raw baseline: ``mpidist bench step`` (one implementation,
-in mpidist/cli_bench_step.py), plus the whole sweep of docs/performance.md in one command.
+in mpidist/cli/bench_step.py), plus the whole sweep of docs/performance.md in one command.
 
     python benchmarks/step.py [--quick] [--json | --markdown]        # this job: OneDevice,
     mpiexec -n 2 python benchmarks/step.py [--quick] [--json]        #   Mirrored x2, MWMS 1x1 / MWMS
@@ -85,7 +85,7 @@ def main(argv=None):
                         help="where the JSON reports go (default ./step-bench)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per launch")
     args = parser.parse_args(argv)
-    from mpidist.cli_bench_step_report import render_markdown  # noqa: PLC0415
+    from mpidist.cli.bench_step_report import render_markdown  # noqa: PLC0415
 
     if args.source:
         reports = [json.loads((Path(args.source) / f"{stem}.json").read_text())

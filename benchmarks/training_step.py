@@ -37,8 +37,8 @@ class CommTimer:
         self.seconds = 0.0
         extended = strategy.extended
         # One replica per rank goes straight to the communicator (all_reduce_one_replica);
-        # several local replicas meet in a merge_call (_all_reduce_leaves).
-        for name in ("all_reduce_one_replica", "_all_reduce_leaves"):
+        # several local replicas meet in a merge_call (all_reduce_leaves).
+        for name in ("all_reduce_one_replica", "all_reduce_leaves"):
             original = getattr(extended, name, None)
             if original is None:
                 continue  # one replica: fit's all-reduce never leaves the replica

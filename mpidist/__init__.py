@@ -5,14 +5,13 @@ changing only the strategy object. Importing mpidist initialises nothing: no MPI
 no kernel compilation.
 """
 
-from mpidist import callbacks, cluster_resolver, data, errors, experimental, metrics, nn, optimizers, train
+from mpidist import autodiff, callbacks, cluster_resolver, data, errors, experimental, metrics, nn, optimizers, train
 from mpidist.data.distributed import DistributedDataset, DistributedIterator
 from mpidist.data.options import InputContext, InputOptions, InputReplicationMode, RunOptions
 from mpidist.ops.all_reduce import AllReduceCrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce
 from mpidist.ops.cross_device_ops import CrossDeviceOps
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
 from mpidist.strategies.context import (
-    experimental_set_strategy,
     get_replica_context,
     get_strategy,
     has_strategy,
@@ -23,7 +22,7 @@ from mpidist.strategies.mirrored import MirroredStrategy
 from mpidist.strategies.multi_worker_mirrored import MultiWorkerMirroredStrategy
 from mpidist.strategies.one_device import OneDeviceStrategy
 from mpidist.strategies.replica_context import ReplicaContext
-from mpidist.strategies.strategy import Strategy, StrategyExtended
+from mpidist.strategies.strategy import Strategy, StrategyExtended, experimental_set_strategy
 from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica, ValueContext
 from mpidist.values.distributed_variables import (
@@ -80,6 +79,7 @@ __all__ = [
     "has_strategy",
     "in_cross_replica_context",
     "metrics",
+    "autodiff",
     "nn",
     "optimizers",
     "train",

@@ -120,6 +120,8 @@ class Config:
             asks for when it starts MPI: ``single``, ``funneled``, ``serialized`` (default)
             or ``multiple``; a higher level chosen by the program (``mpi4py.rc``) wins.
             None (``default``): leave mpi4py's own default (``multiple``).
+        set_variables: The ``MPIDIST_*`` names present in the environment (so a report can
+            say whether a setting came from the user or is the default).
     """
 
     log_level: str = ""
@@ -135,10 +137,12 @@ class Config:
     shm_min_bytes_one_node: int = 32 << 20
     shm_min_bytes_across_nodes: int = 512 << 10
     mpi_thread_level: str = "serialized"
+    set_variables: frozenset = frozenset()
 
     @classmethod
     def from_env(cls):
         return cls(
+            set_variables=frozenset(k for k in os.environ if k.startswith("MPIDIST_")),
             log_level=os.environ.get("MPIDIST_LOG", "").strip().lower(),
             gpu_aware_mpi=_env_bool("MPIDIST_GPU_AWARE_MPI", False),
             check_collectives=_env_bool("MPIDIST_CHECK_COLLECTIVES", True),

@@ -7,17 +7,18 @@ turns on lines like::
 
 Without it only warnings print (a stalled collective, a launch problem), with the same prefix.
 The rank comes from the communicator once it exists, before that from the launcher's
-environment (PMI_RANK, PMIX_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID).
+environment (PMI_RANK, PMIX_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID: see
+``mpidist.launcher_env``).
 """
 
 import logging
-import os
 import socket
 import sys
 
 from mpidist.config import get_config
+from mpidist.launcher_env import launcher_rank
 
-__all__ = ["get_logger", "launcher_rank", "set_rank"]
+__all__ = ["get_logger", "set_rank"]
 
 _LEVELS = {"": logging.WARNING, "warning": logging.WARNING, "info": logging.INFO,
            "debug": logging.DEBUG}
@@ -27,18 +28,6 @@ _state = {"configured": False, "rank": None, "size": None}
 def set_rank(rank, size):
     """Called by the communicator: the rank and job size shown in every line from now on."""
     _state["rank"], _state["size"] = rank, size
-
-
-LAUNCHER_RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-
-
-def launcher_rank():
-    """This process's rank as its launcher announced it (before MPI starts), or None."""
-    for name in LAUNCHER_RANK_VARIABLES:
-        raw = os.environ.get(name, "").strip()
-        if raw.isdigit():
-            return int(raw)
-    return None
 
 
 class _RankFilter(logging.Filter):

@@ -22,7 +22,9 @@ import numpy as np
 import pytest
 from mpi_launch import LOOPBACK_ENV, launch
 
-from mpidist import cli, cli_bench, cli_info
+from mpidist import cli
+from mpidist.cli import bench as cli_bench
+from mpidist.cli import info as cli_info
 from mpidist.backend import cupy_backend
 
 TIMEOUT = 60
@@ -341,7 +343,7 @@ def check_plot(path, report):
     """A real PNG of the expected size whose drawn lines are the JSON's numbers."""
     import matplotlib.image  # noqa: PLC0415
 
-    from mpidist.cli_plot import PNG_SERIES_KEY  # noqa: PLC0415
+    from mpidist.cli.plot import PNG_SERIES_KEY  # noqa: PLC0415
 
     chunks = png_chunks(path)
     width, height = struct.unpack(">II", chunks[0][1][:8])
@@ -551,7 +553,7 @@ def test_bench_step_quick_json(nprocs):
 
 
 def test_bench_step_markdown_fits_the_cost_model():
-    from mpidist import cli_bench_step_report as report  # noqa: PLC0415
+    from mpidist.cli import bench_step_report as report  # noqa: PLC0415
 
     def ar(p, n, raw, ours):
         return {"path": "allreduce", "strategy": f"MWMS {p}x1", "ranks": p, "nodes": 1,
@@ -565,6 +567,7 @@ def test_bench_step_markdown_fits_the_cost_model():
               "optimizer": "sgd", "variables": v, "size_bytes": 400_000, "case": f"sgd {v}",
               "time_us": 500 + 100 + 30 * v, "baseline_us": 500, "ratio": 1.0,
               "update_us": 50.0, "comm_us": 450.0, "ratio_to_update": 1.0,
+              "ratio_to_fused": 1.25 + v / 1000,
               "baseline": "raw Allreduce + NumPy update"} for v in (10, 100, 1000)]
     model = report.fit_cost_model(rows)
     net = model["one_node"]
@@ -579,6 +582,10 @@ def test_bench_step_markdown_fits_the_cost_model():
     assert math.isclose(p100["times_us"][0], 3150 + 378 + 126 / 64 * 200, rel_tol=1e-6)
     text = report.render_markdown([{"rows": rows}])
     assert "| MWMS 2x1 | sgd |" in text and "512 ranks" in text
+    assert "(1.0x; 1.3x fused; 1x)" in text and "(1.0x; 2.2x fused; 1x)" in text
+    # A report saved before the fused baseline existed still renders, without that term.
+    older = [{k: v for k, v in r.items() if k != "ratio_to_fused"} for r in rows]
+    assert "(1.0x; 1x)" in report.render_markdown([{"rows": older}])
 
 
 # -- failures and arguments ----------------------------------------------------------------

@@ -5,6 +5,7 @@ device's values are ``cupy.ndarray``s on that GPU.
 """
 
 import contextlib
+from types import ModuleType
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from mpidist.backend import cupy_backend
 from mpidist.core.devices import DeviceSpec, parse_device
 
 __all__ = ["array_module", "as_array", "copy_to_device", "device_of", "device_context", "is_array",
-           "num_gpus"]
+           "num_gpus", "require_cupy"]
 
 
 def num_gpus():
@@ -38,7 +39,9 @@ def device_of(x):
     return None
 
 
-def _require_cupy(device):
+def require_cupy(device: DeviceSpec) -> ModuleType:
+    """The CuPy module, for work on GPU ``device``; RuntimeError saying why GPUs cannot be used
+    where CuPy is missing or sees no GPU."""
     cupy = cupy_backend.get_cupy()
     if cupy is None or not cupy_backend.available():
         raise RuntimeError(
@@ -54,7 +57,7 @@ def device_context(device):
     if device is None or not device.is_gpu:
         yield
         return
-    cupy = _require_cupy(device)
+    cupy = require_cupy(device)
     with cupy.cuda.Device(device.device_index):
         yield
 
@@ -75,7 +78,7 @@ def copy_to_device(x, device=None):
     """A new array holding ``x``'s data on ``device`` (host when None); never aliases ``x``."""
     device = parse_device(device) if device is not None else None
     if device is not None and device.is_gpu:
-        cupy = _require_cupy(device)
+        cupy = require_cupy(device)
         with cupy.cuda.Device(device.device_index):
             if cupy_backend.is_cupy_array(x):
                 return x.copy()  # CuPy copies onto the current device, peer to peer

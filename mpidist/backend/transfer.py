@@ -7,7 +7,7 @@ is running; ``upload`` returns once the data has landed, so the consumer never w
 
 import threading
 
-from mpidist.backend.arrays import _require_cupy
+from mpidist.backend.arrays import require_cupy
 from mpidist.core.devices import parse_device
 
 __all__ = ["Uploader"]
@@ -34,7 +34,7 @@ class Uploader:
         device = parse_device(device)
         if not device.is_gpu:
             return list(arrays)
-        cupy = _require_cupy(device)
+        cupy = require_cupy(device)
         stream = self._stream(cupy, device.device_index)
         with cupy.cuda.Device(device.device_index), stream:
             out = [cupy.asarray(a) for a in arrays]

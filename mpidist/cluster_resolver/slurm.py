@@ -12,27 +12,16 @@ import subprocess
 from mpidist.cluster_resolver.base import ClusterResolver, format_master_url
 from mpidist.cluster_resolver.cluster_spec import ClusterSpec
 from mpidist.cluster_resolver.hostlist import expand_hostlist, expand_tasks_per_node
+from mpidist.launcher_env import (
+    MPIRUN_TASK,
+    mpirun_local_size,
+    slurm_gpus_per_task,
+    slurm_task_variables,
+    step_nodelist,
+    step_tasks_per_node,
+)
 
 __all__ = ["SlurmClusterResolver", "expand_hostlist", "expand_tasks_per_node", "get_num_gpus"]
-
-_SLURM = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "inside a SLURM step")
-_MPIRUN = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-           "under mpirun")
-
-
-def _env(name, where="inside a SLURM step"):
-    try:
-        return os.environ[name]
-    except KeyError:
-        raise RuntimeError(f"{name} not found in environment. Not running {where}?") from None
-
-
-def _env_int(name, where="inside a SLURM step"):
-    raw = _env(name, where)
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"The environment variable {name}={raw!r} is not an integer.") from None
 
 
 def get_num_gpus():
@@ -58,10 +47,10 @@ def get_num_gpus():
 def _gpus_bound_by_slurm():
     """GPUs per task when Slurm bound them (``--gpus-per-task``): ``SLURM_GPUS_PER_TASK``, if
     this task sees exactly that many; else 0."""
-    raw = os.environ.get("SLURM_GPUS_PER_TASK", "").strip()
-    if not raw.isdigit() or int(raw) == 0:
+    per_task = slurm_gpus_per_task()
+    if per_task == 0:
         return 0
-    return int(raw) if get_num_gpus() == int(raw) else 0
+    return per_task if get_num_gpus() == per_task else 0
 
 
 def _check_jobs(jobs):
@@ -118,10 +107,10 @@ class SlurmClusterResolver(ClusterResolver):
 
     def __init__(self, jobs=None, port_base=8888, gpus_per_node=None, gpus_per_task=None,
                  tasks_per_node=None, auto_set_gpu=True, rpc_layer="grpc"):
-        self._mpirun = "OMPI_COMM_WORLD_RANK" in os.environ
-        rank_var, size_var, self._local_var, where = _MPIRUN if self._mpirun else _SLURM
-        self._rank = _env_int(rank_var, where)
-        self._jobs = _check_jobs({"worker": _env_int(size_var, where)} if jobs is None else jobs)
+        self._task = slurm_task_variables()
+        self._mpirun = self._task is MPIRUN_TASK
+        self._rank = self._task.rank()
+        self._jobs = _check_jobs({"worker": self._task.size()} if jobs is None else jobs)
         self._port_base = int(port_base)
         self._task_configuration = self._resolve_task_configuration(tasks_per_node)
 
@@ -151,21 +140,21 @@ class SlurmClusterResolver(ClusterResolver):
         if requested != num_tasks:
             raise RuntimeError(f"Requested {requested} tasks but only {num_tasks} were assigned.")
         if not 0 <= self._rank < num_tasks:
-            raise RuntimeError(
-                f"{rank_var}={self._rank} is outside the {num_tasks} tasks of this step."
-            )
+            raise RuntimeError(f"{self._task.rank_variable}={self._rank} is outside the "
+                               f"{num_tasks} tasks of this step.")
 
     def _resolve_task_configuration(self, tasks_per_node):
         """``{host: number of tasks}``."""
         if isinstance(tasks_per_node, dict):
             return {str(host): int(count) for host, count in tasks_per_node.items()}
-        hosts = expand_hostlist(_env("SLURM_STEP_NODELIST"))
+        hosts = expand_hostlist(step_nodelist())
         if tasks_per_node is not None:
             return {host: int(tasks_per_node) for host in hosts}
-        if self._mpirun and "OMPI_COMM_WORLD_LOCAL_SIZE" in os.environ:
-            counts = [_env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "under mpirun")] * len(hosts)
+        local_size = mpirun_local_size() if self._mpirun else None
+        if local_size is not None:
+            counts = [local_size] * len(hosts)
         else:
-            counts = expand_tasks_per_node(_env("SLURM_STEP_TASKS_PER_NODE"))
+            counts = expand_tasks_per_node(step_tasks_per_node())
         if len(counts) != len(hosts):
             raise RuntimeError(
                 f"SLURM_STEP_NODELIST names {len(hosts)} hosts but SLURM_STEP_TASKS_PER_NODE "
@@ -229,9 +218,8 @@ class SlurmClusterResolver(ClusterResolver):
     def local_rank(self):
         """This task's index on its node: ``SLURM_LOCALID`` (``OMPI_COMM_WORLD_LOCAL_RANK``
         under mpirun), else its position in the layout."""
-        if self._local_var in os.environ:
-            return _env_int(self._local_var)
-        return self._layout()[self._rank][2]
+        local_rank = self._task.local_rank()
+        return self._layout()[self._rank][2] if local_rank is None else local_rank
 
     def get_task_info(self):
         """``(task_type, task_id)``."""

@@ -6,10 +6,18 @@ its neighbours never arrived, even while they compute. Ranks on other nodes are 
 message; those that are not stuck in a collective themselves do not answer, which is the answer.
 """
 
+from __future__ import annotations
+
 import pickle
 import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 __all__ = ["ProgressBoard", "RankProgress", "OPERATIONS"]
 
@@ -25,12 +33,24 @@ class RankProgress(tuple):
 
     __slots__ = ()
 
-    def __new__(cls, entered, operation, completed):
+    def __new__(cls, entered: int, operation: str, completed: int) -> Self:
         return super().__new__(cls, (int(entered), str(operation), int(completed)))
 
-    entered = property(lambda self: self[0])
-    operation = property(lambda self: self[1])
-    completed = property(lambda self: self[2])
+    def __getnewargs__(self) -> tuple[int, str, int]:  # type: ignore[override]
+        # Boards travel pickled between nodes: unpickling calls __new__ with these.
+        return self.entered, self.operation, self.completed
+
+    @property
+    def entered(self) -> int:
+        return self[0]
+
+    @property
+    def operation(self) -> str:
+        return self[1]
+
+    @property
+    def completed(self) -> int:
+        return self[2]
 
 
 class ProgressBoard:
@@ -42,9 +62,9 @@ class ProgressBoard:
         node_world_ranks: World rank of each node rank, in node-rank order.
     """
 
-    def __init__(self, mpi, node, node_world_ranks):
+    def __init__(self, mpi: Any, node: MPI.Comm, node_world_ranks: Iterable[int]) -> None:
         self._window = mpi.Win.Allocate_shared(_FIELDS * 8, 8, comm=node)
-        self._rows = []
+        self._rows: list[npt.NDArray[np.int64]] = []
         for q in range(node.Get_size()):
             memory, _ = self._window.Shared_query(q)
             self._rows.append(np.frombuffer(memory, dtype=np.int64, count=_FIELDS))
@@ -52,19 +72,20 @@ class ProgressBoard:
         self._mine[:] = 0
         self._world_ranks = list(node_world_ranks)
 
-    def enter(self, seq, operation):
+    def enter(self, seq: int, operation: str) -> None:
         self._mine[1] = OPERATIONS.index(operation)
         self._mine[0] = seq
 
-    def complete(self, seq):
+    def complete(self, seq: int) -> None:
         self._mine[2] = seq
 
-    def snapshot(self):
+    def snapshot(self) -> dict[int, RankProgress]:
         """``{world_rank: RankProgress}`` for every rank of this node."""
         return {rank: RankProgress(row[0], OPERATIONS[int(row[1]) % len(OPERATIONS)], row[2])
                 for rank, row in zip(self._world_ranks, self._rows)}
 
-    def exchange(self, control, world_size, grace_seconds):
+    def exchange(self, control: MPI.Comm, world_size: int, grace_seconds: float
+                 ) -> dict[int, RankProgress]:
         """This node's snapshot merged with those that stuck ranks of other nodes send back
         within ``grace_seconds``. Each stuck rank sends its whole node's rows, so one stuck rank
         per node is enough for that node to be known."""
@@ -83,5 +104,5 @@ class ProgressBoard:
                 time.sleep(0.01)
         return known
 
-    def free(self):
+    def free(self) -> None:
         self._window.Free()

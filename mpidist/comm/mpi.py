@@ -16,16 +16,10 @@ import threading
 
 from mpidist.comm.user_traceback import format_user_traceback
 from mpidist.config import get_config
+from mpidist.launcher_env import announced_size, process_manager_agrees
 
 __all__ = ["mpi_module", "THREAD_LEVELS", "check_launch", "launcher_world_size", "install_abort_on_exception",
            "abort_job", "rank_label"]
-
-# Variables through which launchers announce how many tasks they started.
-LAUNCHER_SIZE_VARIABLES = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
-                           "PMI_SIZE")
-
-# Set by the process manager that started this very process (not inherited from a job).
-PROCESS_MANAGER_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 # mpi4py's names of MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE, lowest first.
 THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
@@ -72,14 +66,10 @@ def mpi_module():
 def launcher_world_size(environ=None):
     """``(variable, size)`` of the first launcher variable that announces a task count, else None.
 
-    Under Slurm the step's own count wins over the job's (``srun -n 2`` in a 4-task job).
+    Under Slurm the step's own count wins over the job's (``srun -n 2`` in a 4-task job); the
+    order is ``mpidist.launcher_env.SIZE_VARIABLES``.
     """
-    environ = os.environ if environ is None else environ
-    for name in LAUNCHER_SIZE_VARIABLES:
-        raw = environ.get(name, "").strip()
-        if raw.isdigit():
-            return name, int(raw)
-    return None
+    return announced_size(environ)
 
 
 def check_launch(size, environ=None):
@@ -89,11 +79,10 @@ def check_launch(size, environ=None):
     another MPI than mpi4py's, starts N processes that each initialise MPI alone (size 1), so
     N copies of the job would train N separate models.
     """
-    environ = os.environ if environ is None else environ
-    if any(environ.get(name, "").strip() == str(size) for name in PROCESS_MANAGER_VARIABLES):
+    if process_manager_agrees(size, environ):
         return  # the process manager that started this rank agrees with MPI (e.g. mpiexec -n 2
         # inside a 4-task Slurm allocation)
-    announced = launcher_world_size(environ)
+    announced = announced_size(environ)
     if announced is None:
         return
     name, expected = announced

@@ -6,24 +6,34 @@ NCCL calls run on a dedicated stream that waits for the caller's stream (inputs 
 that the caller's stream then waits for (outputs ready), so no host synchronisation is needed.
 """
 
+from __future__ import annotations
+
 import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
 from mpidist.backend import cupy_backend
+
+if TYPE_CHECKING:
+    from mpidist.comm.communicator import Communicator
 
 __all__ = ["nccl_module", "nccl_unavailable_reason", "LocalNcclGroup", "local_group", "RankNcclGroup"]
 
 _NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
                "int32": "NCCL_INT32", "int64": "NCCL_INT64", "uint8": "NCCL_UINT8",
                "int8": "NCCL_INT8", "uint32": "NCCL_UINT32", "uint64": "NCCL_UINT64"}
-_state = {"module": None, "error": None, "checked": False}
-_groups = {}
+DeviceArray: TypeAlias = Any
+"""A ``cupy.ndarray`` (CuPy is imported only when GPUs are used, so not named here)."""
+
+_state: dict[str, Any] = {"module": None, "error": None, "checked": False}
+_groups: dict[tuple[int, ...], LocalNcclGroup] = {}
 _groups_lock = threading.Lock()
 
 
-def nccl_module():
-    """CuPy's ``cupy.cuda.nccl`` when NCCL can be loaded, else None."""
+def nccl_module() -> Any:
+    """CuPy's ``cupy.cuda.nccl`` module when NCCL can be loaded, else None."""
     if not _state["checked"]:
         _state["checked"] = True
         if cupy_backend.get_cupy() is None:
@@ -41,7 +51,7 @@ def nccl_module():
     return _state["module"]
 
 
-def nccl_unavailable_reason():
+def nccl_unavailable_reason() -> str:
     nccl_module()
     return _state["error"] or "NCCL is available"
 
@@ -49,7 +59,7 @@ def nccl_unavailable_reason():
 class LocalNcclGroup:
     """NCCL communicators over the given local GPUs (one process drives them all)."""
 
-    def __init__(self, device_indices):
+    def __init__(self, device_indices: Iterable[int]) -> None:
         nccl = nccl_module()
         if nccl is None:
             raise RuntimeError(
@@ -60,12 +70,13 @@ class LocalNcclGroup:
         self._nccl = nccl
         self.device_indices = tuple(device_indices)
         self._comms = nccl.NcclCommunicator.initAll(list(self.device_indices))
-        self._streams = []
+        self._streams: list[Any] = []
         for d in self.device_indices:
             with cupy.cuda.Device(d):
                 self._streams.append(cupy.cuda.Stream(non_blocking=True))
 
-    def all_reduce_sum(self, sends, recvs):
+    def all_reduce_sum(self, sends: Sequence[DeviceArray], recvs: Sequence[DeviceArray]
+                       ) -> None:
         """``recvs[j] = sum(sends)`` on every GPU j; arrays are contiguous, one per GPU."""
         cupy = cupy_backend.get_cupy()
         nccl = self._nccl
@@ -93,7 +104,7 @@ class LocalNcclGroup:
                 caller.wait_event(stream.record())
 
 
-def local_group(device_indices):
+def local_group(device_indices: Iterable[int]) -> LocalNcclGroup:
     """The cached LocalNcclGroup for these GPUs, created on first use."""
     key = tuple(device_indices)
     with _groups_lock:
@@ -116,7 +127,7 @@ class RankNcclGroup:
         device_index: This rank's GPU.
     """
 
-    def __init__(self, communicator, device_index):
+    def __init__(self, communicator: Communicator, device_index: int) -> None:
         nccl = nccl_module()
         if nccl is None:
             raise RuntimeError(
@@ -133,7 +144,8 @@ class RankNcclGroup:
         with cupy.cuda.Device(device_index):
             self._comm = nccl.NcclCommunicator(communicator.size, uid, communicator.rank)
 
-    def all_reduce_sum(self, buf, timeout=None):
+    def all_reduce_sum(self, buf: DeviceArray, timeout: float | None = None
+                       ) -> DeviceArray:
         """Sum the CuPy array ``buf`` over all ranks, in place, on the current stream."""
         from mpidist.errors import DeadlineExceededError  # noqa: PLC0415
 

@@ -5,6 +5,8 @@ The names, defaults, validation and ``merge`` rule are TensorFlow's
 collectives, NCCL means NCCL across ranks for GPU all-reduces.
 """
 
+from __future__ import annotations
+
 import enum
 import numbers
 
@@ -28,7 +30,8 @@ class CommunicationImplementation(enum.Enum):
 CollectiveCommunication = CommunicationImplementation  # TF's deprecated alias
 
 
-def _as_implementation(implementation):
+def _as_implementation(implementation: CommunicationImplementation | str
+                       ) -> CommunicationImplementation:
     if isinstance(implementation, CommunicationImplementation):
         return implementation
     if isinstance(implementation, str):
@@ -57,9 +60,13 @@ class CommunicationOptions:
     """
 
     __slots__ = ("bytes_per_pack", "timeout_seconds", "implementation")
+    bytes_per_pack: int
+    timeout_seconds: float | None
+    implementation: CommunicationImplementation
 
-    def __init__(self, bytes_per_pack=0, timeout_seconds=None,
-                 implementation=CommunicationImplementation.AUTO):
+    def __init__(self, bytes_per_pack: int = 0, timeout_seconds: float | None = None,
+                 implementation: CommunicationImplementation | str =
+                 CommunicationImplementation.AUTO) -> None:
         if isinstance(bytes_per_pack, bool) or not isinstance(bytes_per_pack, numbers.Integral):
             raise ValueError(
                 f"Argument `bytes_per_pack` must be an integer >= 0, Received {bytes_per_pack!r}.")
@@ -76,7 +83,7 @@ class CommunicationOptions:
         self.timeout_seconds = None if timeout_seconds is None else float(timeout_seconds)
         self.implementation = _as_implementation(implementation)
 
-    def merge(self, options):
+    def merge(self, options: CommunicationOptions | None) -> CommunicationOptions:
         """A copy of these options with every non-default field of ``options`` taking over."""
         merged = CommunicationOptions(self.bytes_per_pack, self.timeout_seconds, self.implementation)
         if options is None:
@@ -94,19 +101,20 @@ class CommunicationOptions:
             merged.implementation = options.implementation
         return merged
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, CommunicationOptions):
             return NotImplemented
         return (self.bytes_per_pack, self.timeout_seconds, self.implementation) == \
             (other.bytes_per_pack, other.timeout_seconds, other.implementation)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # mutable: not hashable
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"CommunicationOptions(bytes_per_pack={self.bytes_per_pack}, "
                 f"timeout_seconds={self.timeout_seconds}, implementation={self.implementation.name})")
 
 
-def CollectiveHints(bytes_per_pack=0, timeout_seconds=None):  # noqa: N802 - TF's name
+def CollectiveHints(bytes_per_pack: int = 0,  # noqa: N802 - TF's name
+                    timeout_seconds: float | None = None) -> CommunicationOptions:
     """Deprecated TF spelling: the same options object, with the default implementation."""
     return CommunicationOptions(bytes_per_pack=bytes_per_pack, timeout_seconds=timeout_seconds)

@@ -19,14 +19,19 @@ intact, and the reader never shows a half-written description (at worst, for a d
 that microsecond, the collective before the last).
 """
 
+from __future__ import annotations
+
 import mmap
 import os
 import warnings
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from mpidist.core.user_calls import current_calls, describe_calls
+
+if TYPE_CHECKING:
+    from mpidist.comm.collective_call import Calls, CollectiveCall, Fields
 
 __all__ = ["RankState", "RankStateWriter", "create_state_file", "read_state_file",
            "ENV_VARIABLE"]
@@ -57,12 +62,12 @@ class RankState(NamedTuple):
     label: str
 
     @property
-    def inside(self):
+    def inside(self) -> bool:
         """True when the rank died between entering its last collective and finishing it."""
         return self.entered > self.completed
 
 
-def create_state_file(directory=None):
+def create_state_file(directory: str | None = None) -> str:
     """A new, zeroed rank-state file (in /dev/shm when it is there); returns its path."""
     import tempfile  # noqa: PLC0415 - only the guard creates files
 
@@ -78,7 +83,7 @@ def create_state_file(directory=None):
     return path
 
 
-def read_state_file(path):
+def read_state_file(path: str) -> RankState | None:
     """The RankState in ``path``, or None when no process claimed it (or it is not one)."""
     try:
         with open(path, "rb") as f:
@@ -108,16 +113,16 @@ class RankStateWriter:
 
     __slots__ = ("_map", "_words", "_cache", "_texts")
 
-    def __init__(self, mapping, rank, size):
+    def __init__(self, mapping: mmap.mmap, rank: int, size: int) -> None:
         self._map = mapping
         self._words = memoryview(mapping).cast("q")  # cheaper item stores than NumPy scalars
-        self._cache = {}
-        self._texts = [None, None]  # the cached text each slot holds now
+        self._cache: dict[tuple[str, Fields, Calls], bytes] = {}
+        self._texts: list[bytes | None] = [None, None]  # the cached text each slot holds now
         self._words[_RANK], self._words[_SIZE] = rank, size
         self._words[_PID] = os.getpid()
 
     @classmethod
-    def attach(cls, path, rank, size):
+    def attach(cls, path: str | None, rank: int, size: int) -> RankStateWriter | None:
         """The writer for the file ``path``, or None: no path, another process of this rank
         claimed the file first, or it is not a rank-state file (a warning says so)."""
         global _claimed
@@ -146,7 +151,7 @@ class RankStateWriter:
         _claimed = True
         return cls(mapping, rank, size)
 
-    def enter(self, seq, call):
+    def enter(self, seq: int, call: CollectiveCall) -> None:
         """Record that this rank entered collective ``seq`` (``call``: its CollectiveCall)."""
         calls = current_calls()
         key = (call.operation, call.fields, calls)
@@ -161,11 +166,12 @@ class RankStateWriter:
             self._texts[slot] = text
         self._words[at] = seq
 
-    def complete(self, seq):
+    def complete(self, seq: int) -> None:
         """Record that this rank finished collective ``seq``."""
         self._words[_COMPLETED] = seq
 
-    def _encode(self, key, call, calls):
+    def _encode(self, key: tuple[str, Fields, Calls], call: CollectiveCall, calls: Calls
+                ) -> bytes:
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         label = describe_calls(calls, with_fields=False)
@@ -175,7 +181,7 @@ class RankStateWriter:
         return text
 
 
-def _alive(pid):
+def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -185,7 +191,7 @@ def _alive(pid):
     return True
 
 
-def _warn(path, why):
+def _warn(path: str, why: str) -> None:
     warnings.warn(f"{ENV_VARIABLE}={path!r} is ignored: {why}. The variable is set by "
                   "`python -m mpidist.guard` for the program it starts; unset it if you set it "
                   "yourself.", RuntimeWarning, stacklevel=3)

@@ -8,10 +8,20 @@ chunks out. Across nodes, rank r's chunk is all-reduced with the ranks of the sa
 on the other nodes (the hierarchical layout), so each node still moves only 1/p per rank.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+import numpy.typing as npt
 
 from mpidist.kernels import reduce_n
 from mpidist.kernels.arrays import KERNEL_DTYPES
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from mpidist.comm.deadlines import Waiter
 
 __all__ = ["SharedMemoryAllReduce"]
 
@@ -28,21 +38,21 @@ class SharedMemoryAllReduce:
             single-node job.
     """
 
-    def __init__(self, mpi, node, cross):
+    def __init__(self, mpi: Any, node: MPI.Comm, cross: MPI.Comm | None) -> None:
         self._mpi = mpi
         self._node = node
         self._cross = cross
         self._rank = node.Get_rank()
         self._size = node.Get_size()
-        self._window = None
+        self._window: MPI.Win | None = None
         self._capacity = 0
-        self._slots = []
+        self._slots: list[npt.NDArray[np.uint8]] = []
 
     @staticmethod
-    def supports(array):
+    def supports(array: npt.NDArray[Any]) -> bool:
         return array.dtype in KERNEL_DTYPES and array.flags.c_contiguous
 
-    def _ensure_capacity(self, nbytes):
+    def _ensure_capacity(self, nbytes: int) -> None:
         # Every rank asks for the same size (the fingerprint check agreed on it), so the
         # collective re-allocation happens on all of them together.
         if nbytes <= self._capacity:
@@ -57,11 +67,12 @@ class SharedMemoryAllReduce:
                        for q in range(self._size)]
         self._capacity = capacity
 
-    def all_reduce(self, buf, wait, send=None):
+    def all_reduce(self, buf: npt.NDArray[Any], wait: Waiter,
+                   send: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """Sum ``buf`` (C-contiguous host array) over all ranks, in place (or ``send`` into
         ``buf`` when given).
 
-        ``wait`` is the communicator's deadline-aware waiter (``comm.communicator._Waiter``):
+        ``wait`` is the collective's deadline-aware waiter (``comm.deadlines.Waiter``):
         once the ranks have agreed on the call its barriers are blocking calls under the
         watchdog, otherwise polled non-blocking ones, so a lost peer becomes a timeout.
         """
@@ -77,10 +88,11 @@ class SharedMemoryAllReduce:
         if hi > lo:
             others = [s[lo:hi] for q, s in enumerate(slots) if q != self._rank]
             reduce_n([mine[lo:hi], *others], out=mine[lo:hi])
-        if self._cross is not None:  # every rank calls it: chunks are empty alike on all nodes
+        cross = self._cross
+        if cross is not None:  # every rank calls it: chunks are empty alike on all nodes
             chunk, mpi = mine[lo:hi], self._mpi
-            wait.blocking(lambda: self._cross.Allreduce(mpi.IN_PLACE, chunk, mpi.SUM),
-                          lambda: self._cross.Iallreduce(mpi.IN_PLACE, chunk, mpi.SUM),
+            wait.blocking(lambda: cross.Allreduce(mpi.IN_PLACE, chunk, mpi.SUM),
+                          lambda: cross.Iallreduce(mpi.IN_PLACE, chunk, mpi.SUM),
                           "all-reduce across nodes")
         wait.blocking(node.Barrier, node.Ibarrier, "shared-memory barrier after the reduce")
         for q, slot in enumerate(slots):
@@ -90,7 +102,7 @@ class SharedMemoryAllReduce:
         wait.blocking(node.Barrier, node.Ibarrier, "shared-memory barrier after the copy-out")
         return buf
 
-    def free(self):
+    def free(self) -> None:
         if self._window is not None:
             self._slots = []
             self._window.Free()
@@ -98,5 +110,5 @@ class SharedMemoryAllReduce:
             self._capacity = 0
 
 
-def _chunk(n, index, parts):
+def _chunk(n: int, index: int, parts: int) -> tuple[int, int]:
     return n * index // parts, n * (index + 1) // parts

@@ -13,20 +13,31 @@ the others waited on it. With ``MPIDIST_CHECK_COLLECTIVES=0`` there is no agreem
 so a collective's whole duration counts as waiting.
 """
 
+from __future__ import annotations
+
 import json
 import math
 import os
 import shutil
 import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mpidist.comm.collective_call import CollectiveCall
 
 __all__ = ["Timeline", "summarize"]
 
 _FLUSH_EVERY = 4096  # events kept in memory before a rank appends them to its part file
 
+Event: TypeAlias = tuple[int, str, str, int, int, int, int] | list[Any]
+"""One collective of one rank: ``(seq, operation, description, bytes, start, agreed, end)``,
+times in microseconds (a list once read back from a part file)."""
 
-def _nbytes(call):
+
+def _nbytes(call: CollectiveCall) -> int:
     fields = dict(call.fields)
     dtype, shape = fields.get("dtype"), fields.get("shape")
     if dtype is None or shape is None:
@@ -38,7 +49,7 @@ class Timeline:
     """One rank's recorder. At exit every rank calls ``flush()``, then (once all have) rank 0
     calls ``merge()``."""
 
-    def __init__(self, path, rank, size, hosts):
+    def __init__(self, path: str, rank: int, size: int, hosts: Sequence[str]) -> None:
         self.path = os.path.abspath(path)
         self.rank, self.size, self.hosts = rank, size, list(hosts)
         self.parts = self.path + ".parts"
@@ -46,30 +57,31 @@ class Timeline:
         self._part = os.path.join(self.parts, f"rank-{rank}.jsonl")
         with open(self._part, "w"):
             pass  # a rerun with the same path starts this rank's part afresh
-        self._events = []
+        self._events: list[Event] = []
 
-    def record(self, seq, call, start_ns, agreed_ns, end_ns):
+    def record(self, seq: int, call: CollectiveCall, start_ns: int, agreed_ns: int,
+               end_ns: int) -> None:
         self._events.append((seq, call.operation, call.describe(), _nbytes(call),
                              start_ns // 1000, agreed_ns // 1000, end_ns // 1000))
         if len(self._events) >= _FLUSH_EVERY:
             self.flush()
 
-    def flush(self):
+    def flush(self) -> None:
         """Append the events still in memory to this rank's part file."""
         with open(self._part, "a") as fh:
             for event in self._events:
                 fh.write(json.dumps(event) + "\n")
         self._events.clear()
 
-    def merge(self):
+    def merge(self) -> str:
         """Rank 0, after every rank flushed: write the trace and print the summary line."""
         summary = write_trace(self.path, self.parts, self.size, self.hosts)
         print(summary, file=sys.stderr, flush=True)
         return summary
 
 
-def _read_parts(parts, size):
-    per_rank = {}
+def _read_parts(parts: str, size: int) -> dict[int, list[Event]]:
+    per_rank: dict[int, list[Event]] = {}
     for rank in range(size):
         path = os.path.join(parts, f"rank-{rank}.jsonl")
         events = []
@@ -80,14 +92,16 @@ def _read_parts(parts, size):
     return per_rank
 
 
-def summarize(per_rank):
+def summarize(per_rank: Mapping[int, Sequence[Event]]
+              ) -> tuple[dict[int, int], dict[int, int], int]:
     """Per collective number, which rank waited least (arrived last) and how long the others
     waited for it: ``(counts per rank, waited-for µs per rank, collectives compared)``."""
-    by_seq = {}
+    by_seq: dict[int, dict[int, int]] = {}
     for rank, events in per_rank.items():
         for seq, _, _, _, start, agreed, _ in events:
             by_seq.setdefault(seq, {})[rank] = agreed - start
-    counts, waited_for = {}, {}
+    counts: dict[int, int] = {}
+    waited_for: dict[int, int] = {}
     compared = 0
     for waits in by_seq.values():
         if len(waits) < 2:
@@ -99,12 +113,12 @@ def summarize(per_rank):
     return counts, waited_for, compared
 
 
-def write_trace(path, parts, size, hosts):
+def write_trace(path: str, parts: str, size: int, hosts: Sequence[str]) -> str:
     """Merge the ranks' parts into the Chrome trace at ``path``; returns the summary line."""
     per_rank = _read_parts(parts, size)
     starts = [e[4] for events in per_rank.values() for e in events]
     origin = min(starts) if starts else 0
-    trace = []
+    trace: list[dict[str, Any]] = []
     for rank, events in per_rank.items():
         trace.append({"name": "process_name", "ph": "M", "pid": rank,
                       "args": {"name": f"rank {rank} ({hosts[rank]})"}})

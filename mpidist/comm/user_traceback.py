@@ -3,10 +3,13 @@ mpidist (25 frames of strategies, ops and the communicator), but what the user n
 line of their program and the public call it made.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import sysconfig
 import traceback
+from types import TracebackType
 
 __all__ = ["format_user_traceback"]
 
@@ -14,20 +17,22 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .
 _STDLIB = tuple(os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib"))
 
 
-def _library_roots():
+def _library_roots() -> tuple[str, ...]:
     roots = [_PACKAGE_ROOT]
     kernels = sys.modules.get("mpidist.kernels")  # the top-level kernels/ folder, when in use
-    if kernels is not None and getattr(kernels, "__file__", None):
-        roots.append(os.path.dirname(os.path.abspath(kernels.__file__)))
+    path = getattr(kernels, "__file__", None)
+    if path:
+        roots.append(os.path.dirname(os.path.abspath(path)))
     return tuple(root + os.sep for root in roots)
 
 
-def _is_internal(filename, roots):
+def _is_internal(filename: str, roots: tuple[str, ...]) -> bool:
     path = os.path.abspath(filename)
     return path.startswith(roots) or os.path.realpath(path).startswith(_STDLIB)
 
 
-def _trim(exc_report, roots, seen):
+def _trim(exc_report: traceback.TracebackException | None, roots: tuple[str, ...],
+          seen: set[int]) -> int:
     """Keep the user's frames and, after each, the first frame it called into (the public
     call); count the rest."""
     if exc_report is None or id(exc_report) in seen:
@@ -49,7 +54,8 @@ def _trim(exc_report, roots, seen):
             + _trim(exc_report.__context__, roots, seen))
 
 
-def format_user_traceback(exc_type, exc, tb, full=False):
+def format_user_traceback(exc_type: type[BaseException], exc: BaseException,
+                          tb: TracebackType | None, full: bool = False) -> str:
     """The traceback as text: the user's frames only unless ``full``, with a closing note of
     how many frames inside mpidist were left out and how to see them."""
     report = traceback.TracebackException(exc_type, exc, tb)

@@ -14,8 +14,7 @@ import collections.abc
 import inspect
 import itertools
 import os
-import queue
-import threading
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -31,11 +30,13 @@ from mpidist.data.arguments import (
     short,
     to_data,
 )
+from mpidist.data.background import iterate_in_background
 from mpidist.data.options import Options
 from mpidist.data.spec import TensorSpec, most_specific_common, spec_of
 from mpidist.errors import InvalidArgumentError
 
-__all__ = ["Dataset", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY"]
+__all__ = ["Dataset", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY",
+           "IterationContext", "iterate", "static_batch_size", "source_row_count"]
 
 AUTOTUNE = -1
 INFINITE_CARDINALITY = -1
@@ -43,8 +44,8 @@ UNKNOWN_CARDINALITY = -2
 _AUTOTUNE_PREFETCH = 2  # what AUTOTUNE means for prefetch: double buffering
 
 
-class _IterContext:
-    """What one top-level iteration tells every node of the chain.
+class IterationContext:
+    """What one top-level iteration tells every node of the chain (see ``iterate``).
 
     ``iteration`` numbers the top-level iterations (a reshuffling shuffle reseeds per
     iteration); ``agreed_seed`` replaces unseeded shuffles' local random seeds (workers agree
@@ -225,11 +226,7 @@ class Dataset:
         return True
 
     def __iter__(self):
-        return self._iterate(_IterContext(iteration=next(self._iterations)))
-
-    def _epoch_iterator(self, epoch):
-        """The elements of pass number ``epoch`` (what the ``epoch``-th ``iter()`` gives)."""
-        return self._iterate(_IterContext(iteration=epoch))
+        return self._iterate(IterationContext(iteration=next(self._iterations)))
 
     def as_numpy_iterator(self):
         """An iterator over the elements (they already are NumPy arrays)."""
@@ -260,16 +257,6 @@ class Dataset:
             chain.append(node)
             node = node._inputs[0] if node._inputs else None
         return chain[::-1]
-
-    def _source(self):
-        return self._chain_from_source()[0]
-
-    def _static_batch_size(self):
-        """The batch size of the batch closest to the output, else None."""
-        for node in reversed(self._chain_from_source()):
-            if isinstance(node, _Batch):
-                return node._batch_size
-        return None
 
 
 def _apply_source_shard(ctx, indices):
@@ -392,7 +379,7 @@ class _Generator(Dataset):
     def _compute_spec(self):
         if self._signature is not None:
             return self._signature
-        for element in self._iterate(_IterContext()):
+        for element in self._iterate(IterationContext()):
             return spec_of(element)
         raise ValueError(
             "The generator yielded no element, so its element_spec is unknown; pass "
@@ -621,7 +608,7 @@ class _Map(Dataset):
         kept unknown."""
         spec = self._inputs[0].element_spec
         leaves = nest.flatten(spec)
-        first = next((spec_of(e) for e in self._iterate(_IterContext())), None)
+        first = next((spec_of(e) for e in self._iterate(IterationContext())), None)
         traced = None
         if all(leaf.shape is not None for leaf in leaves):
             try:
@@ -699,53 +686,27 @@ class _Prefetch(Dataset):
         self._buffer_size = buffer_size
 
     def _iterate(self, ctx):
-        return _background(self._inputs[0]._iterate(ctx), self._buffer_size)
+        return iterate_in_background(self._inputs[0]._iterate(ctx), self._buffer_size)
 
 
-_END = object()
+# -- What the distribution layer asks of a dataset ---------------------------------------------
+# Functions rather than Dataset methods: Dataset keeps tf.data's public API, and
+# ``mpidist.data.distributed`` reads the chain through these.
+def iterate(dataset: Dataset, context: IterationContext) -> Iterator:
+    """An iterator over ``dataset``'s elements for one pass described by ``context`` (an
+    IterationContext: which pass, the seed the workers agreed, the FILE shard to read)."""
+    return dataset._iterate(context)
 
 
-class _Failure:
-    __slots__ = ("error",)
+def static_batch_size(dataset: Dataset) -> int | None:
+    """The batch size of the ``batch`` closest to ``dataset``'s output, else None."""
+    for node in reversed(dataset._chain_from_source()):
+        if isinstance(node, _Batch):
+            return node._batch_size
+    return None
 
-    def __init__(self, error):
-        self.error = error
 
-
-def _background(it, buffer_size):
-    """Run iterator ``it`` ahead in a daemon thread, at most ``buffer_size`` elements ahead.
-    Errors surface at the element where they happened; abandoning the iterator stops the
-    thread."""
-    q = queue.Queue(maxsize=buffer_size)
-    stop = threading.Event()
-
-    def put(item):
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce():
-        try:
-            for element in it:
-                if not put(element):
-                    return
-            put(_END)
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            put(_Failure(e))
-
-    thread = threading.Thread(target=produce, name="mpidist-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = q.get()
-            if item is _END:
-                return
-            if isinstance(item, _Failure):
-                raise item.error
-            yield item
-    finally:
-        stop.set()
+def source_row_count(dataset: Dataset) -> int | None:
+    """How many elements the source at the start of ``dataset``'s chain holds (the unit FILE
+    auto-sharding splits), or None where that is unknown (a generator)."""
+    return dataset._chain_from_source()[0]._source_count()

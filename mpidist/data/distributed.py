@@ -15,6 +15,7 @@ sharding of in-memory sources, or lists, of the same length everywhere.
 
 import dataclasses
 import itertools
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -23,12 +24,15 @@ from mpidist.core import nest, state
 from mpidist.core.user_calls import user_call
 from mpidist.data import rebatch
 from mpidist.data.agreement import agree
+from mpidist.data.background import iterate_in_background
 from mpidist.data.dataset import (
     INFINITE_CARDINALITY,
     UNKNOWN_CARDINALITY,
     Dataset,
-    _background,
-    _IterContext,
+    IterationContext,
+    iterate,
+    source_row_count,
+    static_batch_size,
 )
 from mpidist.data.inputs import check_dataset_fn, check_input, describe, is_one_shot
 from mpidist.data.options import (
@@ -44,7 +48,7 @@ from mpidist.logs import get_logger
 from mpidist.values.containers import PerReplica
 
 __all__ = ["InputWorkers", "DistributedDataset", "DistributedIterator", "Optional",
-           "distribute_dataset", "distribute_from_function"]
+           "distribute_dataset", "distribute_from_function", "epoch_iterator"]
 
 log = get_logger("mpidist.data")
 
@@ -117,7 +121,7 @@ def distribute_dataset(dataset, workers, options=None):
                     f"batch to split across {n} replicas. Call dataset.batch(global_batch_size) "
                     "before experimental_distribute_dataset.")
         policy = dataset.options().experimental_distribute.auto_shard_policy
-        static_batch = dataset._static_batch_size()
+        static_batch = static_batch_size(dataset)
         if static_batch is None:
             static_batch = nest.flatten(spec)[0].batch_dim
     else:
@@ -127,7 +131,7 @@ def distribute_dataset(dataset, workers, options=None):
     source_shard = None
     if policy is AutoShardPolicy.FILE and workers.num_workers > 1:
         source_shard = (workers.num_workers, workers.worker_index)
-        count = dataset._source()._source_count()
+        count = source_row_count(dataset)
         if count is not None and count < workers.num_workers:
             raise InvalidArgumentError(
                 f"Could not apply FILE based sharding: the dataset only has {count} file(s), "
@@ -140,7 +144,7 @@ def distribute_dataset(dataset, workers, options=None):
     # number, the per-step end-of-data agreement can be skipped (checked in ``agree``).
     steps, rows = None, None
     if not balanced and isinstance(dataset, Dataset):
-        rows = dataset._source()._source_count()
+        rows = source_row_count(dataset)
         steps = cardinality if rows is not None and cardinality != UNKNOWN_CARDINALITY else None
     elif not balanced and isinstance(dataset, list):
         steps = rows = len(dataset)
@@ -149,7 +153,7 @@ def distribute_dataset(dataset, workers, options=None):
 
     def local_steps(iteration):
         passes.start()
-        batches = _iterate(dataset, _IterContext(iteration, agreed.seed, source_shard))
+        batches = _iterate(dataset, IterationContext(iteration, agreed.seed, source_shard))
         if balanced:
             return rebatch.balanced_steps(batches, workers, static_batch)
         return rebatch.legacy_steps(batches, workers)
@@ -203,7 +207,7 @@ def distribute_from_function(dataset_fn, workers, options=None):
     def local_steps(iteration):
         for p in passes:
             p.start()
-        streams = [_iterate(p, _IterContext(iteration, agreed.seed)) for p in pipelines]
+        streams = [_iterate(p, IterationContext(iteration, agreed.seed)) for p in pipelines]
         if per_replica:
             return rebatch.per_replica_steps(streams)
         return rebatch.per_worker_steps(streams[0], r)
@@ -253,7 +257,7 @@ def _check_components(spec, api):
 
 
 def _iterate(source, ctx):
-    return source._iterate(ctx) if isinstance(source, Dataset) else iter(source)
+    return iterate(source, ctx) if isinstance(source, Dataset) else iter(source)
 
 
 def _cardinality(source):
@@ -282,11 +286,6 @@ class DistributedDataset:
 
     def __iter__(self):
         return DistributedIterator(self)
-
-    def _epoch_iterator(self, epoch):
-        """An iterator over pass number ``epoch`` (what the ``epoch``-th ``iter()`` gives):
-        a resumed job sees the same shuffles it would have seen running through."""
-        return DistributedIterator(self, epoch)
 
     @property
     def element_spec(self):
@@ -344,7 +343,8 @@ class DistributedIterator:
         if self._uploader is not None:
             steps = ((parts and self._place(parts), has_data) for parts, has_data in steps)
             if options.experimental_per_replica_buffer_size:
-                steps = _background(steps, options.experimental_per_replica_buffer_size)
+                steps = iterate_in_background(steps,
+                                              options.experimental_per_replica_buffer_size)
         self._steps = steps
 
     @property
@@ -436,6 +436,15 @@ class DistributedIterator:
             devices = self._workers.devices
             leaves = [PerReplica(components, devices) for components in zip(*parts)]
         return nest.pack_sequence_as(structure, leaves) if nest.is_nested(structure) else leaves[0]
+
+
+def epoch_iterator(data: "DistributedDataset | Dataset", epoch: int) -> Iterator:
+    """An iterator over pass number ``epoch`` of ``data`` (a DistributedDataset or a Dataset):
+    what its ``epoch``-th ``iter()`` gives, so a resumed job sees the same shuffles it would
+    have seen running through."""
+    if isinstance(data, DistributedDataset):
+        return DistributedIterator(data, epoch)
+    return iterate(data, IterationContext(iteration=epoch))
 
 
 class Optional:

@@ -23,12 +23,11 @@ import socket
 import subprocess
 import sys
 
-from mpidist.comm.mpi import launcher_world_size
 from mpidist.comm.rank_state import ENV_VARIABLE, create_state_file, read_state_file
 from mpidist.launch.deaths import claim_first_death
 from mpidist.launch.report import death_report, exit_code_of, later_death_note
 from mpidist.launch.signals import forward_signals
-from mpidist.logs import launcher_rank
+from mpidist.launcher_env import announced_size, launcher_rank
 
 __all__ = ["main", "run_guarded"]
 
@@ -97,8 +96,9 @@ def _report(returncode, state, pid, command, report_dir):
     if state is not None:  # MPI's own numbering, once the program had a communicator
         rank, size = state.rank, state.size
     else:
-        announced = launcher_world_size()
-        rank, size = launcher_rank(), None if announced is None else announced[1]
+        announced = announced_size()
+        rank = launcher_rank()
+        size = None if announced is None else announced.value
     host = socket.gethostname()
     first = claim_first_death(report_dir, rank, exit_code_of(returncode))
     if first is None:

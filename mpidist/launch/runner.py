@@ -19,6 +19,7 @@ import tempfile
 from mpidist.launch.deaths import first_death
 from mpidist.launch.report import exit_code_of
 from mpidist.launch.signals import forward_signals
+from mpidist.launcher_env import in_slurm_allocation
 
 __all__ = ["main", "build_command", "find_mpiexec"]
 
@@ -71,10 +72,10 @@ def find_mpiexec():
 
 def build_command(args, launcher_options, program, report_dir, environ=None):
     """The launcher's argv for parsed ``args``; raises ValueError saying what is missing."""
-    environ = os.environ if environ is None else environ
     launcher = args.launcher
     if launcher == "auto":
-        launcher = "srun" if environ.get("SLURM_JOB_ID") and shutil.which("srun") else "mpiexec"
+        in_slurm = in_slurm_allocation(environ)
+        launcher = "srun" if in_slurm and shutil.which("srun") else "mpiexec"
     guard = [sys.executable, "-m", "mpidist.guard", "--report-dir", report_dir, "--", *program]
     count = [] if args.nprocs is None else ["-n", str(args.nprocs)]
     if launcher == "srun":

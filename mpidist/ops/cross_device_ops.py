@@ -12,6 +12,7 @@ from mpidist.errors import InvalidArgumentError
 from mpidist.ops.destinations import resolve_devices, simple_broadcast, validate_destinations
 from mpidist.types import ReduceOp, as_reduce_op
 from mpidist.values.containers import DistributedValues, PerReplica
+from mpidist.values.distributed_variables import is_distributed_variable
 
 __all__ = ["CrossDeviceOps", "reduce_non_distributed_value", "as_per_replica",
            "check_same_shapes", "check_value_destination_pair", "normalize_pairs",
@@ -58,8 +59,8 @@ def check_reducible(method, reduce_op, value):
 
 def as_per_replica(value):
     """``value`` as a PerReplica of its components (variables give their arrays)."""
-    if getattr(value, "_is_distributed_variable", False):
-        return PerReplica([c._value for c in value.values], value.devices)
+    if is_distributed_variable(value):
+        return PerReplica([c.storage for c in value.values], value.devices)
     if isinstance(value, DistributedValues):
         return value
     return PerReplica([value])

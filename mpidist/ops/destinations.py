@@ -34,11 +34,15 @@ def resolve_devices(destinations):
             return destinations.devices
         found = []
         for i, v in enumerate(destinations.values):
-            d = device_of(v) if is_array(v) else getattr(v, "_device", None)
+            if is_array(v):
+                d = device_of(v)
+            else:
+                d = v.device_spec if isinstance(v, Variable) else None
             found.append(d if d is not None else DeviceSpec("CPU", i))
         return tuple(found)
     if isinstance(destinations, Variable):
-        return (destinations._device if destinations._device is not None else HOST,)
+        device = destinations.device_spec
+        return (device if device is not None else HOST,)
     if isinstance(destinations, (str, DeviceSpec)):
         return (parse_device(destinations),)
     if is_array(destinations):

@@ -8,6 +8,7 @@ from mpidist.strategies.context import has_strategy
 from mpidist.strategies.replica_context import DefaultReplicaContext, ReplicaContext
 from mpidist.strategies.single_replica import SingleReplicaExtended
 from mpidist.strategies.strategy import Strategy
+from mpidist.values.distributed_variables import is_distributed_variable
 from mpidist.values.variables import Variable
 
 __all__ = ["get_default_strategy"]
@@ -30,7 +31,7 @@ class _DefaultScope:
 
 
 class _DefaultDistributionStrategy(Strategy):
-    _is_default = True
+    is_default = True
     _instance = None
 
     def __init__(self):
@@ -79,9 +80,6 @@ class _DefaultExtended(SingleReplicaExtended):
             "TODO: the default strategy has a single device; call broadcast_to with destinations=None."
         )
 
-    def _create_variable(self, *args, **kwargs):
-        return type.__call__(Variable, *args, **kwargs)
-
     def _experimental_distribute_dataset(self, dataset, options):
         check_input(dataset, "experimental_distribute_dataset")  # a bare array is misread here too
         return dataset  # one replica, no device to fetch to: the dataset as it is
@@ -90,7 +88,7 @@ class _DefaultExtended(SingleReplicaExtended):
         return dataset_fn(InputContext())
 
     def variable_created_in_scope(self, v):
-        return not getattr(v, "_is_distributed_variable", False)
+        return not is_distributed_variable(v)
 
     def read_var(self, v):
         return v.value() if isinstance(v, Variable) else v

@@ -6,6 +6,7 @@ device and follow TF's ON_WRITE / ON_READ aggregation rules.
 """
 
 import dataclasses
+from typing import Any
 
 from mpidist.backend import device_context, num_gpus
 from mpidist.backend.threads import cap_replica_threads
@@ -14,7 +15,11 @@ from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.comm.nccl import nccl_module
 from mpidist.ops.all_reduce import HierarchicalCopyAllReduce, NcclAllReduce
-from mpidist.ops.cross_device_ops import CrossDeviceOps, reduce_non_distributed_value
+from mpidist.ops.cross_device_ops import (
+    CrossDeviceOps,
+    as_per_replica,
+    reduce_non_distributed_value,
+)
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
 from mpidist.strategies.one_replica import PLAIN_TYPES, call_one_replica, is_plain
 from mpidist.strategies.replica_context import ReplicaContext
@@ -24,9 +29,9 @@ from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
 from mpidist.values.distributed_variables import MirroredVariable, SyncOnReadVariable
 from mpidist.values.regroup import regroup, select_replica
-from mpidist.values.variables import Variable, _initial_array, as_aggregation, as_synchronization
+from mpidist.values.variables import Variable, as_aggregation, as_synchronization, initial_array
 
-__all__ = ["MirroredStrategy", "select_cross_device_ops"]
+__all__ = ["MirroredExtended", "MirroredStrategy", "select_cross_device_ops"]
 
 
 def _default_devices():
@@ -96,14 +101,17 @@ class MirroredStrategy(Strategy):
                 "cross_device_ops must be a mpidist.CrossDeviceOps instance such as "
                 f"mpidist.ReductionToOneDevice(), got {cross_device_ops!r}."
             )
-        super().__init__(_MirroredExtended(self, specs, cross_device_ops))
+        super().__init__(MirroredExtended(self, specs, cross_device_ops))
         self._init_args = (devices, cross_device_ops)
 
     def __deepcopy__(self, memo):
         return MirroredStrategy(*self._init_args)
 
 
-class _MirroredExtended(StrategyExtended):
+class MirroredExtended(StrategyExtended):
+    """The StrategyExtended of MirroredStrategy (and, below MultiWorkerMirroredStrategy's, of
+    every worker): one replica per local device, values combined by a CrossDeviceOps."""
+
     def __init__(self, container_strategy, devices, cross_device_ops):
         super().__init__(container_strategy, devices)
         self._cross_device_ops = cross_device_ops
@@ -152,7 +160,7 @@ class _MirroredExtended(StrategyExtended):
         if isinstance(value, DistributedValues) and len(value.values) != len(self._device_specs):
             self._check_distributed_args((value,), {})  # raises: one component per replica
         if isinstance(value, SyncOnReadVariable):
-            value = PerReplica([c._value for c in value.values], value.devices)
+            value = as_per_replica(value)
         if isinstance(value, (Mirrored, MirroredVariable)):
             if reduce_op is ReduceOp.MEAN:
                 return value
@@ -175,7 +183,7 @@ class _MirroredExtended(StrategyExtended):
                 if not isinstance(v, DistributedValues) or isinstance(v, (Mirrored, MirroredVariable)):
                     return [self._reduce_to(reduce_op, v, d, options) for v, d in pairs]
                 if isinstance(v, SyncOnReadVariable):
-                    v = PerReplica([c._value for c in v.values], v.devices)
+                    v = as_per_replica(v)
             converted.append((v, d))
         return self._cross_device_ops.batch_reduce(reduce_op, converted, options)
 
@@ -184,18 +192,13 @@ class _MirroredExtended(StrategyExtended):
 
     def _gather(self, value, axis):
         if isinstance(value, SyncOnReadVariable):
-            value = PerReplica([c._value for c in value.values], value.devices)
+            value = as_per_replica(value)
         if not isinstance(value, DistributedValues):
             return value
         device = state.current_device() or self._host_device()
         return self._cross_device_ops._gather(value, device, axis)
 
-    def _all_reduce_leaves(self, reduce_op, per_leaf, options):
-        # ReplicaContext.all_reduce has checked the values, and each is its own destination:
-        # skip batch_reduce_to's public checks (and its label: the user called all_reduce).
-        return self._batch_reduce_to(reduce_op, [(v, v) for v in per_leaf], options)
-
-    def _all_gather_leaves(self, per_leaf, axis, options):
+    def all_gather_leaves(self, per_leaf: list, axis: int, options: Any = None) -> list:
         return [self._cross_device_ops._gather(v, v, axis, options) for v in per_leaf]
 
     # -- updates --------------------------------------------------------------------------
@@ -213,16 +216,21 @@ class _MirroredExtended(StrategyExtended):
         return nest.map_structure(self._local_results, regrouped)
 
     # -- variables ------------------------------------------------------------------------
-    def _create_variable(self, initial_value=None, trainable=None, name=None, dtype=None,
-                         synchronization=VariableSynchronization.AUTO,
-                         aggregation=VariableAggregation.NONE, shape=None, device=None):
+    def create_variable(self, initial_value=None, trainable=None, name=None, dtype=None,
+                        synchronization=VariableSynchronization.AUTO,
+                        aggregation=VariableAggregation.NONE, shape=None,
+                        device=None) -> MirroredVariable | SyncOnReadVariable:
+        """A MirroredVariable (ON_WRITE, the default) or SyncOnReadVariable (ON_READ) with one
+        component per local device (or per device of the variable in ``colocate_vars_with``),
+        all starting from the same value. In replica context every replica asks and replica
+        0's arguments create it, once."""
         mode = state.current_mode()
         if mode.replica_context is not None and len(self._device_specs) > 1:
             # Every replica asks; the variable is created once, from replica 0's arguments.
             def create(strategy, initial):
                 first = initial.values[0] if isinstance(initial, PerReplica) else initial
-                return self._create_variable(first, trainable, name, dtype, synchronization,
-                                             aggregation, shape)
+                return self.create_variable(first, trainable, name, dtype, synchronization,
+                                            aggregation, shape)
 
             return mode.replica_context.merge_call(create, args=(initial_value,))
         synchronization = as_synchronization(synchronization)
@@ -236,7 +244,7 @@ class _MirroredExtended(StrategyExtended):
         if synchronization is VariableSynchronization.AUTO:
             synchronization = VariableSynchronization.ON_WRITE
         with state.device_scope(self._device_specs[0]):
-            initial = _initial_array(initial_value, dtype, shape)
+            initial = initial_array(initial_value, dtype, shape)
         initial = self._initial_value_for_workers(initial)
         if aggregation is VariableAggregation.MEAN and initial.dtype.kind not in "fc":
             raise ValueError(
@@ -250,9 +258,8 @@ class _MirroredExtended(StrategyExtended):
             colocate_with.devices else self._device_specs
         components = []
         for i, device in enumerate(devices):
-            components.append(type.__call__(
-                Variable, initial, trainable=trainable,
-                name=base if i == 0 else f"{base}/replica_{i}",
+            components.append(Variable.plain(
+                initial, trainable=trainable, name=base if i == 0 else f"{base}/replica_{i}",
                 synchronization=synchronization, aggregation=aggregation, device=device))
         cls = SyncOnReadVariable if synchronization is VariableSynchronization.ON_READ else MirroredVariable
         return cls(self._container_strategy(), components, aggregation)

@@ -5,6 +5,8 @@ rank); values cross ranks through CollectiveAllReduce over the world communicato
 numbers are those of a MirroredStrategy with the same total replicas.
 """
 
+from typing import Any
+
 import numpy as np
 
 from mpidist.backend import as_array, cupy_backend, num_gpus
@@ -16,7 +18,7 @@ from mpidist.cluster_resolver.multi_worker import (
     num_workers,
     validate_cluster_spec,
 )
-from mpidist.comm.communicator import world_communicator
+from mpidist.comm.communicator import Communicator, world_communicator
 from mpidist.config import get_config
 from mpidist.comm.nccl import RankNcclGroup, nccl_module
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
@@ -25,7 +27,7 @@ from mpidist.core.user_calls import user_call
 from mpidist.data.distributed import InputWorkers
 from mpidist.logs import get_logger
 from mpidist.ops.collective_all_reduce import CollectiveAllReduce
-from mpidist.strategies.mirrored import _MirroredExtended
+from mpidist.strategies.mirrored import MirroredExtended
 from mpidist.strategies.strategy import Strategy
 from mpidist.types import ReduceOp
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
@@ -102,7 +104,7 @@ def _local_devices(resolver, comm, task_type, task_id):
     return [s.with_task(task_type, task_id) for s in specs]
 
 
-class _MultiWorkerExtended(_MirroredExtended):
+class _MultiWorkerExtended(MirroredExtended):
     def __init__(self, container_strategy, resolver, options):
         comm = world_communicator()
         task_type, task_id, worker_id, chief = _worker_identity(resolver, comm)
@@ -134,6 +136,17 @@ class _MultiWorkerExtended(_MirroredExtended):
 
     def _replica_id_offset(self):
         return self._offset
+
+    # -- communication across workers -----------------------------------------------------
+    @property
+    def communicator(self) -> Communicator:
+        """The world Communicator: every rank of the job, one worker each."""
+        return self._comm
+
+    @property
+    def communication_options(self) -> CommunicationOptions:
+        """The CommunicationOptions given to the strategy (defaults where none were)."""
+        return self._communication_options
 
     # -- roles ----------------------------------------------------------------------------
     @property
@@ -184,7 +197,7 @@ class _MultiWorkerExtended(_MirroredExtended):
             packed = self._cross_device_ops.batch_reduce_host_values(reduce_op, pairs, options)
             if packed is not None:
                 return packed
-            devices, ndarray, wrap = self._device_specs, np.ndarray, PerReplica._trusted
+            devices, ndarray, wrap = self._device_specs, np.ndarray, PerReplica.unchecked
             pairs = [(v if isinstance(v, DistributedValues)
                       else wrap((v if type(v) is ndarray else as_array(v),), devices), d)
                      for v, d in pairs]
@@ -211,10 +224,10 @@ class _MultiWorkerExtended(_MirroredExtended):
             value = PerReplica([as_array(value)], self._device_specs[:1])
         return super()._gather(value, axis)
 
-    def _first_replica_value(self, value):
+    def first_replica_value(self, value: Any) -> Any:
         """Replica 0 of the whole job lives on the chief: every worker takes its value. (TF
         takes each worker's own first replica, so the workers' copies drift apart.)"""
-        return self._from_chief(super()._first_replica_value(value))
+        return self._from_chief(super().first_replica_value(value))
 
     def _initial_value_for_workers(self, initial):
         """Every worker starts from the chief's value, whatever its own initializer drew."""

@@ -1,5 +1,7 @@
 """OneDeviceStrategy: one replica on one named device."""
 
+from typing import Any
+
 from mpidist.backend import num_gpus
 from mpidist.core.devices import parse_device
 from mpidist.strategies.one_replica import call_one_replica
@@ -44,11 +46,10 @@ class _OneDeviceExtended(SingleReplicaExtended):
     def _broadcast_to(self, tensor, destinations):
         return tensor
 
-    def _create_variable(self, *args, **kwargs):
+    def create_variable(self, *args: Any, **kwargs: Any) -> Variable:
+        """A plain Variable on this strategy's device, belonging to it."""
         kwargs["device"] = self._device
-        v = type.__call__(Variable, *args, **kwargs)
-        v._distribute_strategy = self._container_strategy()
-        return v
+        return Variable.plain(*args, distribute_strategy=self._container_strategy(), **kwargs)
 
     def _host_device(self):
         return self._device if self._device.is_cpu else super()._host_device()

@@ -9,6 +9,7 @@ from mpidist.ops.cross_device_ops import check_reducible
 from mpidist.strategies.context import require_replica_context
 from mpidist.types import as_reduce_op
 from mpidist.values.containers import DistributedValues, PerReplica
+from mpidist.values.distributed_variables import is_distributed_variable
 from mpidist.values.regroup import contains_distributed, select_replica
 
 __all__ = ["ReplicaContext"]
@@ -24,13 +25,13 @@ class _Contribution:
         self.flat = flat
 
 
-def _per_leaf(boxes, devices):
+def _per_leaf(boxes):
     """Turn the regrouped contributions into one value per leaf: a PerReplica of the replicas'
-    leaves, or the leaf itself when this worker has one replica."""
+    leaves (on the replicas' devices), or the leaf itself when this worker has one replica."""
     contributions = boxes.values if isinstance(boxes, PerReplica) else (boxes,)
     if len(contributions) == 1:
         return list(contributions[0].flat)
-    return [PerReplica([c.flat[k] for c in contributions], devices)
+    return [PerReplica([c.flat[k] for c in contributions], boxes.devices)
             for k in range(len(contributions[0].flat))]
 
 
@@ -40,6 +41,11 @@ class ReplicaContext:
     Args:
         strategy: The strategy running the replica.
         replica_id_in_sync_group: This replica's id among all replicas in sync (an int).
+
+    Attributes:
+        local_replica_id: This replica's index among the calling worker's replicas, so the
+            index of its component in a distributed value (an int; 0 with one local replica).
+            A plain attribute: distributed variables read it on every access in a replica.
     """
 
     def __init__(self, strategy, replica_id_in_sync_group):
@@ -53,7 +59,7 @@ class ReplicaContext:
             )
         self._strategy = strategy
         self._replica_id = None if rid is None else int(rid)
-        self._local_replica_id = self._replica_id or 0
+        self.local_replica_id = self._replica_id or 0
         self._coordinator = None  # set by a multi-replica runner: it performs merge_calls
         self._mode = None  # made on first entry
 
@@ -65,7 +71,7 @@ class ReplicaContext:
         ctx = cls.__new__(cls)
         ctx._strategy = strategy
         ctx._replica_id = replica_id
-        ctx._local_replica_id = local_replica_id
+        ctx.local_replica_id = local_replica_id
         ctx._coordinator = None
         ctx._mode = None
         return ctx
@@ -75,7 +81,7 @@ class ReplicaContext:
         if mode is None:
             mode = self._mode = state.Mode(
                 self._strategy, None, self,
-                is_default=self._strategy is not None and self._strategy._is_default)
+                is_default=self._strategy is not None and self._strategy.is_default)
         state.push_mode(mode)
         return self
 
@@ -98,7 +104,7 @@ class ReplicaContext:
 
     @property
     def devices(self):
-        return (self._strategy.extended.worker_devices[self._local_replica_id],)
+        return (self._strategy.extended.worker_devices[self.local_replica_id],)
 
     def merge_call(self, merge_fn, args=(), kwargs=None):
         """Run ``merge_fn(strategy, *args, **kwargs)`` once, in cross-replica context.
@@ -122,13 +128,13 @@ class ReplicaContext:
         if not isinstance(kwargs, dict):
             raise ValueError(f"merge_call: kwargs must be a dict, got {type(kwargs)}.")
         if self._coordinator is not None:
-            return self._coordinator.merge_call(self._local_replica_id, merge_fn, args, kwargs)
+            return self._coordinator.merge_call(self.local_replica_id, merge_fn, args, kwargs)
         return self._merge_call_here(merge_fn, args, kwargs)
 
     def _merge_call_here(self, merge_fn, args, kwargs):
         strategy = self._strategy
         mode = state.Mode(strategy, cross_replica=strategy.extended,
-                          is_default=strategy._is_default)
+                          is_default=strategy.is_default)
         state.push_mode(mode)
         try:
             merged = merge_fn(strategy, *args, **kwargs)
@@ -163,8 +169,8 @@ class ReplicaContext:
         if self._is_single_replica():
             return value  # one replica in all: its value is the sum and the mean
         if kind is None:
-            if any(isinstance(v, DistributedValues)
-                   and not getattr(v, "_is_distributed_variable", False) for v in leaves):
+            if any(isinstance(v, DistributedValues) and not is_distributed_variable(v)
+                   for v in leaves):
                 raise TypeError(
                     "ReplicaContext.all_reduce takes this replica's own values (arrays or "
                     "numbers), not a distributed value: inside strategy.run each replica "
@@ -180,8 +186,8 @@ class ReplicaContext:
             reduced = self._strategy.extended.all_reduce_one_replica(reduce_op, leaves, options)
             if reduced is None:
                 def merge_fn(strategy, boxes):
-                    per_leaf = _per_leaf(boxes, strategy.extended._device_specs)
-                    return strategy.extended._all_reduce_leaves(reduce_op, per_leaf, options)
+                    return strategy.extended.all_reduce_leaves(reduce_op, _per_leaf(boxes),
+                                                               options)
 
                 reduced = self.merge_call(merge_fn, args=(_Contribution(leaves),))
         if kind is np.ndarray:
@@ -210,8 +216,7 @@ class ReplicaContext:
             return value
 
         def merge_fn(strategy, boxes):
-            per_leaf = _per_leaf(boxes, strategy.extended._device_specs)
-            return strategy.extended._all_gather_leaves(per_leaf, axis, options)
+            return strategy.extended.all_gather_leaves(_per_leaf(boxes), axis, options)
 
         with user_call("ReplicaContext.all_gather", axis=axis, num_values=len(flat)):
             gathered = self.merge_call(merge_fn, args=(_Contribution(flat),))

@@ -2,12 +2,17 @@
 
 Public methods check the context and validate arguments, then call the underscore hooks that
 each concrete strategy's extended object implements (``_call_for_each_replica``, ``_reduce_to``,
-``_broadcast_to``, ``_update``, ``_create_variable``, ``_local_results`` ...).
+``_broadcast_to``, ``_update``, ``_gather``; declared below on StrategyExtended). What the layers
+around a strategy use of it is public: the values layer's ``create_variable`` and
+``first_replica_value`` (``mpidist.values.protocols``), ReplicaContext's ``all_reduce_leaves``
+/ ``all_gather_leaves``, and the ``communicator`` / ``communication_options`` that checkpoints
+and callbacks agree over.
 """
 
 import contextlib
 import operator
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -22,18 +27,29 @@ from mpidist.ops.cross_device_ops import (
     check_value_destination_pair,
 )
 from mpidist.ops.destinations import validate_destinations
-from mpidist.strategies.context import (
-    get_replica_context,
-    has_strategy,
-    require_cross_replica_or_default,
-    wrong_strategy_scope,
-)
+from mpidist.strategies.context import get_replica_context, has_strategy, wrong_strategy_scope
 from mpidist.types import ReduceOp, VariableAggregation, as_reduce_op
 from mpidist.values.containers import DistributedValues, PerReplica, ValueContext
 from mpidist.values.regroup import select_local
 from mpidist.values.variables import Variable
 
-__all__ = ["Strategy", "StrategyExtended"]
+__all__ = ["Strategy", "StrategyExtended", "experimental_set_strategy",
+           "require_cross_replica_or_default"]
+
+
+def require_cross_replica_or_default(extended):
+    """Raise unless we are in ``extended``'s cross-replica context or in the default mode."""
+    mode = state.current_mode()
+    if mode.cross_replica is extended:
+        return
+    if mode is state.default_mode():
+        return
+    strategy = extended._container_strategy()
+    if mode.strategy is not strategy:
+        wrong_strategy_scope(strategy, mode)
+    raise RuntimeError(
+        "Method requires being in cross-replica context, use get_replica_context().merge_call()"
+    )
 
 
 class _StrategyScope:
@@ -67,6 +83,27 @@ class _StrategyScope:
 
     def _exit_global(self):
         state.set_global_mode(None)
+
+
+_global_scope = [None]
+
+
+def experimental_set_strategy(strategy):
+    """Make ``strategy`` current for the whole process, like a ``with strategy.scope():`` that
+    never ends; ``None`` goes back to the default strategy."""
+    old = _global_scope[0]
+    if old is not None:
+        old._exit_global()
+        _global_scope[0] = None
+    if has_strategy():
+        raise RuntimeError(
+            "Must not be called inside a `mpidist.Strategy` scope: leave the `with "
+            "strategy.scope():` block first."
+        )
+    if strategy is not None:
+        scope = strategy.scope()
+        scope._enter_global()
+        _global_scope[0] = scope
 
 
 def _normalize_axis(axis):
@@ -138,9 +175,15 @@ def _check_single_destination(destinations):
 
 
 class Strategy:
-    """A way of running a computation on several replicas (the ``tf.distribute.Strategy`` API)."""
+    """A way of running a computation on several replicas (the ``tf.distribute.Strategy`` API).
 
-    _is_default = False
+    Attributes:
+        is_default: Whether this is the default strategy, the one in effect outside every
+            scope (``mpidist.get_strategy()`` there). A class attribute: the replica context
+            reads it each time a ``run`` enters one.
+    """
+
+    is_default = False
 
     def __init__(self, extended):
         self._extended = extended
@@ -178,7 +221,7 @@ class Strategy:
         """
         _check_callable("Strategy.run", "fn", fn)
         kwargs = _check_run_arguments("Strategy.run", args, kwargs)
-        if self._is_default:
+        if self.is_default:
             with self.scope():
                 return self._extended._call_for_each_replica(fn, tuple(args), kwargs)
         # What ``with self.scope():`` does, without building a scope object per step.
@@ -319,6 +362,42 @@ class StrategyExtended:
     def _num_replicas_in_sync(self):
         return len(self._device_specs)
 
+    # -- hooks each concrete strategy implements (the public methods call them) -------------
+    def _call_for_each_replica(self, fn, args, kwargs):
+        """``fn(*args, **kwargs)`` on every local replica, results regrouped (``run``)."""
+        raise NotImplementedError
+
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        """``reduce_to`` after its checks."""
+        raise NotImplementedError
+
+    def _broadcast_to(self, tensor, destinations):
+        """``broadcast_to`` after its checks."""
+        raise NotImplementedError
+
+    def _update(self, var, fn, args, kwargs, group):
+        """``update`` in cross-replica context."""
+        raise NotImplementedError
+
+    def _gather(self, value, axis):
+        """One leaf of ``Strategy.gather`` after its checks."""
+        raise NotImplementedError
+
+    # -- communication across processes ---------------------------------------------------
+    @property
+    def communicator(self) -> Any:
+        """The Communicator this strategy's workers talk over (all its ranks), or None for a
+        strategy confined to one process (default, OneDevice, Mirrored). Checkpoints and
+        callbacks agree over it; it is the strategy's own, so use it only for collectives
+        every rank makes in the same order."""
+        return None
+
+    @property
+    def communication_options(self) -> Any:
+        """The CommunicationOptions (pack size, timeout, implementation) every collective of
+        this strategy uses, or None where it has no communicator."""
+        return None
+
     # -- devices and roles ----------------------------------------------------------------
     @property
     def worker_devices(self):
@@ -387,6 +466,24 @@ class StrategyExtended:
     def _batch_reduce_to(self, reduce_op, pairs, options):
         return [self._reduce_to(reduce_op, v, d, options) for v, d in pairs]
 
+    def all_reduce_leaves(self, reduce_op: ReduceOp, per_leaf: list,
+                          options: Any = None) -> list:
+        """The merge step of ``ReplicaContext.all_reduce`` with several local replicas:
+        ``per_leaf`` (one PerReplica of the replicas' arrays per leaf, already checked) reduced
+        over every replica, each leaf its own destination; a list, one result per leaf.
+        Cross-replica context; collective under MultiWorkerMirroredStrategy."""
+        # ReplicaContext.all_reduce has checked the values: skip batch_reduce_to's public checks
+        # (and its label: the user called all_reduce).
+        return self._batch_reduce_to(reduce_op, [(v, v) for v in per_leaf], options)
+
+    def all_gather_leaves(self, per_leaf: list, axis: int, options: Any = None) -> list:
+        """The merge step of ``ReplicaContext.all_gather`` with several local replicas:
+        ``per_leaf`` (one PerReplica per leaf, checked) concatenated along ``axis`` in replica
+        order, each leaf its own destination; a list, one result per leaf. Strategies with one
+        replica never get here (the replica's value is the result)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} runs one replica: all_gather returns the replica's value.")
+
     def all_reduce_one_replica(self, reduce_op, arrays, options=None):
         """The lean path of ``ReplicaContext.all_reduce`` where this worker runs one replica
         and the job several: ``arrays`` (the replica's flat list of host arrays, checked by the
@@ -405,8 +502,10 @@ class StrategyExtended:
             return tensor
         return self._broadcast_to(tensor, destinations)
 
-    def _first_replica_value(self, value):
-        """Replica 0's component of ``value`` (for ONLY_FIRST_REPLICA updates)."""
+    def first_replica_value(self, value: Any) -> Any:
+        """Replica 0's component of ``value`` (what ONLY_FIRST_REPLICA aggregation applies
+        everywhere); under MultiWorkerMirroredStrategy replica 0 of the whole job, the chief's,
+        on every worker (collective there)."""
         return self._local_results(value)[0]
 
     def _reduce(self, reduce_op, value):
@@ -433,7 +532,7 @@ class StrategyExtended:
         kwargs = _check_run_arguments("StrategyExtended.update", args, kwargs)
         replica_ctx = get_replica_context()
         if replica_ctx is not None and state.current_mode() is not state.default_mode() \
-                and not replica_ctx.strategy._is_default:
+                and not replica_ctx.strategy.is_default:
             def merge_fn(strategy, *a, **k):
                 return strategy.extended.update(var, fn, a, k, group)
 
@@ -478,19 +577,24 @@ class StrategyExtended:
             raise ValueError(
                 "`colocate_vars_with` must only be passed a variable created in this "
                 f"mpidist.Strategy.scope(), not {colocate_with_variable!r} created in scope: "
-                f"{colocate_with_variable._distribute_strategy}"
+                f"{colocate_with_variable.distribute_strategy}"
             )
         return state.colocation_scope(colocate_with_variable)
 
     def variable_created_in_scope(self, v):
         """Whether ``v`` was created in this strategy's scope."""
-        return getattr(v, "_distribute_strategy", None) is self._container_strategy()
+        return isinstance(v, Variable) and v.distribute_strategy is self._container_strategy()
 
     def value_container(self, value):
         """The distributed variable ``value`` is a component of, else ``value`` itself."""
-        getter = getattr(value, "_distributed_container", None)
-        container = getter() if callable(getter) else None
+        container = value.distributed_container if isinstance(value, Variable) else None
         return container if container is not None else value
+
+    def create_variable(self, *args: Any, **kwargs: Any) -> Variable:
+        """The variable ``mpidist.Variable(*args, **kwargs)`` builds while this strategy is
+        current (``Variable``'s arguments): here a plain Variable; MirroredStrategy gives a
+        MirroredVariable or SyncOnReadVariable, OneDeviceStrategy places it on its device."""
+        return Variable.plain(*args, **kwargs)
 
     def read_var(self, v):
         """The cross-replica value of ``v``: aggregated for SyncOnRead, else the current copy."""

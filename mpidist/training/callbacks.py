@@ -141,8 +141,8 @@ class BackupAndRestore(Callback):
 
     def on_train_begin(self, logs=None):
         # A plain host variable whatever the strategy: the position is the same everywhere.
-        self._progress = type.__call__(Variable, np.zeros(4, np.float64), trainable=False,
-                                       name="fit_progress")
+        self._progress = Variable.plain(np.zeros(4, np.float64), trainable=False,
+                                        name="fit_progress")
         checkpoint = Checkpoint(model=ModelVariables(self.model), optimizer=self.optimizer,
                                 metrics=_Group(self._loop.metrics), progress=self._progress)
         self.manager = CheckpointManager(checkpoint, self.backup_dir, max_to_keep=1)
@@ -180,6 +180,7 @@ class BackupAndRestore(Callback):
 
 
 def _barrier(strategy):
-    comm = getattr(getattr(strategy, "extended", None), "_comm", None)
+    extended = strategy.extended
+    comm = extended.communicator
     if comm is not None and comm.size > 1:
-        comm.barrier(timeout=strategy.extended._communication_options.timeout_seconds)
+        comm.barrier(timeout=extended.communication_options.timeout_seconds)

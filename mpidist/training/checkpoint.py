@@ -22,6 +22,7 @@ import collections
 import contextlib
 import os
 import time
+from typing import Protocol
 
 import numpy as np
 
@@ -43,11 +44,24 @@ from mpidist.training.checkpoint_status import (
     InitializationOnlyStatus,
 )
 from mpidist.training.deferred_restore import PendingRestore
+from mpidist.values.distributed_variables import is_distributed_variable
 from mpidist.values.variables import Variable
 
-__all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "latest_checkpoint"]
+__all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "Trackable",
+           "latest_checkpoint"]
 
 _STATUS_BYTES = 1024  # one rank's report in the end-of-save agreement: flag + message
+
+
+class Trackable(Protocol):
+    """What a Checkpoint saves besides variables: any object with this method (a model's
+    ``ModelVariables``, an optimizer, a metric, a user's own class). The method keeps
+    TensorFlow's name, underscore included, so objects written for ``tf.train.Checkpoint``
+    carry over; it is a protocol the user implements, not a private member."""
+
+    def _checkpoint_dependencies(self) -> dict:
+        """``{name: variable | trackable | dict / list / tuple of them}``: what to save under
+        this object's key, each under ``key/name``."""
 
 
 # -- Arguments ----------------------------------------------------------------------------------
@@ -98,7 +112,7 @@ def _walk(items):
 
     def visit(key, obj, ancestors):
         if isinstance(obj, Variable):
-            container = obj._distributed_container()
+            container = obj.distributed_container
             var = container if container is not None else obj
             previous = owner.get(key)
             if previous is None:
@@ -143,12 +157,12 @@ def _strategies(variables):
     found = []
 
     def add(strategy):
-        if strategy is not None and not getattr(strategy, "_is_default", False) \
+        if strategy is not None and not strategy.is_default \
                 and all(strategy is not s for s in found):
             found.append(strategy)
 
     for var in variables:
-        add(getattr(var, "_distribute_strategy", None))
+        add(var.distribute_strategy)
     mode = state.current_mode()
     if not mode.is_default:
         add(mode.strategy)
@@ -169,11 +183,11 @@ class _Coordination:
         self._comm = None
         self._timeout = None
         for s in strategies:
-            comm = getattr(s.extended, "_comm", None)
+            comm = s.extended.communicator
             if comm is not None:
                 self._comm = comm
-                options = getattr(s.extended, "_communication_options", None)
-                self._timeout = getattr(options, "timeout_seconds", None)
+                options = s.extended.communication_options
+                self._timeout = None if options is None else options.timeout_seconds
                 break
 
     def begin(self):
@@ -214,7 +228,7 @@ class _Coordination:
 # -- Values -------------------------------------------------------------------------------------
 def _read_for_save(key, var):
     """The host array that ``var`` saves (spec 4.5), in its strategy's cross-replica context."""
-    strategy = getattr(var, "_distribute_strategy", None)
+    strategy = var.distribute_strategy
     try:
         value = var.numpy() if strategy is None else as_array(strategy.extended.read_var(var))
     except ValueError as exc:
@@ -240,8 +254,8 @@ def _cross_replica_scope(strategy):
 def _assign(var, value):
     """Assign a restored value: every component of a Mirrored one, value / N per component of
     a SyncOnRead SUM one, the value for MEAN / ONLY_FIRST_REPLICA (cross-replica rules)."""
-    strategy = getattr(var, "_distribute_strategy", None)
-    if strategy is None or not getattr(var, "_is_distributed_variable", False):
+    strategy = var.distribute_strategy
+    if strategy is None or not is_distributed_variable(var):
         var.assign(value, read_value=False)
         return
     with _cross_replica_scope(strategy):
@@ -282,8 +296,7 @@ class Checkpoint:
         self._root = root
         self._objects = dict(kwargs)
         self._pending = None  # the last restore's PendingRestore (values waiting for variables)
-        self._save_counter = type.__call__(Variable, np.int64(0), trainable=False,
-                                           name=SAVE_COUNTER_KEY)
+        self._save_counter = Variable.plain(np.int64(0), trainable=False, name=SAVE_COUNTER_KEY)
 
     def __getattr__(self, name):
         objects = self.__dict__.get("_objects", {})

@@ -21,7 +21,7 @@ import numpy as np
 
 from mpidist.backend import array_module, as_array
 from mpidist.data.dataset import Dataset
-from mpidist.data.distributed import DistributedDataset
+from mpidist.data.distributed import DistributedDataset, epoch_iterator
 from mpidist.core import state
 from mpidist.core.user_calls import labelled, user_call
 from mpidist.strategies.context import get_replica_context, get_strategy
@@ -95,7 +95,7 @@ def _distributed(strategy, dataset):
 
 def _epoch_steps(data, epoch):
     if isinstance(data, (DistributedDataset, Dataset)):
-        return data._epoch_iterator(epoch)
+        return epoch_iterator(data, epoch)
     return iter(data)
 
 

@@ -10,9 +10,11 @@ from operator import attrgetter, is_, itemgetter
 
 import numpy as np
 
+from mpidist.backend.traced import traced_error, traced_kind
 from mpidist.core.messages import short_repr
 from mpidist.strategies.context import has_strategy
 from mpidist.values.containers import DistributedValues
+from mpidist.values.distributed_variables import is_distributed_variable
 from mpidist.values.variables import Variable
 
 __all__ = ["checked_pairs", "GradientChecks"]
@@ -23,12 +25,15 @@ _REAL_KINDS = frozenset("iuf")
 
 
 def _describe_owner(var):
-    owner = getattr(var, "distribute_strategy", None) or getattr(var, "_distribute_strategy", None)
+    owner = var.distribute_strategy
     return "outside any strategy scope" if owner is None else f"in the scope of {owner}"
 
 
 def _as_gradient(g, index, var):
     """``g`` as an array (NumPy or CuPy arrays pass through untouched)."""
+    if traced_kind(g) is not None:  # captured inside a loss function: it has no value here
+        raise traced_error(g, f"apply_gradients (pair {index}, variable {var.name!r})",
+                           "pass the gradients that mpidist.autodiff.value_and_grad returns")
     if isinstance(getattr(g, "dtype", None), np.dtype) and hasattr(g, "shape") \
             and not isinstance(g, Variable):
         return g
@@ -112,7 +117,9 @@ def checked_pairs(grads_and_vars, name, strategy):
         if g is None:
             continue
         if not extended.variable_created_in_scope(v):
-            owner = getattr(v, "distribute_strategy", None)
+            # Only a distributed variable names its strategy here; a plain one gets the
+            # message below.
+            owner = v.distribute_strategy if is_distributed_variable(v) else None
             if owner is not None and not has_strategy():
                 # The usual slip: the step was called directly, not through strategy.run.
                 raise ValueError(

@@ -9,6 +9,7 @@ import numbers
 import numpy as np
 
 from mpidist.backend import array_module
+from mpidist.backend.traced import namespace_of
 from mpidist.core.messages import short_repr
 from mpidist.errors import InvalidArgumentError
 from mpidist.strategies.context import get_strategy, has_strategy, in_cross_replica_context
@@ -24,6 +25,14 @@ def _as_loss_array(per_example_loss, what="per_example_loss"):
             f"{what} is a {type(per_example_loss).__name__}: compute the loss inside "
             "strategy.run, where each replica passes its own array."
         )
+    traced = namespace_of(per_example_loss)
+    if traced is not None:  # inside value_and_grad: compute with the tracing library
+        kind = np.dtype(per_example_loss.dtype).kind
+        if kind != "f":
+            raise TypeError(
+                f"{what} must be a float array to be differentiated, got dtype "
+                f"{per_example_loss.dtype}; compute the loss in floating point.")
+        return traced, per_example_loss
     xp = array_module(per_example_loss)
     loss = xp.asarray(per_example_loss, dtype=object if per_example_loss is None else None)
     if loss.dtype.kind not in "iuf":
@@ -97,7 +106,7 @@ def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size
     if global_batch_size < 0:
         raise InvalidArgumentError(
             f"global_batch_size must be non-negative. Got {global_batch_size}.")
-    total = loss.sum()
+    total = xp.sum(loss)
     if global_batch_size == 0:
         return xp.zeros((), dtype=loss.dtype)
     return (total / loss.dtype.type(global_batch_size)).astype(loss.dtype)
@@ -111,7 +120,7 @@ def scale_regularization_loss(regularization_loss):
             "You are calling `scale_regularization_loss` in cross replica context, while it was "
             "expected to be called in replica context.")
     xp, loss = _as_loss_array(regularization_loss, "regularization_loss")
-    return (loss.sum() / loss.dtype.type(get_strategy().num_replicas_in_sync)).astype(loss.dtype)
+    return (xp.sum(loss) / loss.dtype.type(get_strategy().num_replicas_in_sync)).astype(loss.dtype)
 
 
 def get_loss_reduction():

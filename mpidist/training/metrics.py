@@ -13,11 +13,13 @@ import re
 import numpy as np
 
 from mpidist.backend import array_module, as_array
+from mpidist.backend.traced import untraced
 from mpidist.core import state
 from mpidist.core.messages import short_repr
 from mpidist.core.user_calls import user_call
 from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues
+from mpidist.values.distributed_variables import is_distributed_variable
 from mpidist.values.variables import Variable
 
 __all__ = ["Accuracy", "Mean", "Metric", "SparseCategoricalAccuracy", "Sum"]
@@ -33,14 +35,14 @@ def _in_replica_context(mode):
 
 
 def _components(var):
-    return var.values if getattr(var, "_is_distributed_variable", False) else (var,)
+    return var.values if is_distributed_variable(var) else (var,)
 
 
 def _raw(x):
     """A NumPy or CuPy array for ``x`` (Variables read as arrays: a distributed one as the
     current replica's copy, or its aggregate in cross-replica context)."""
     if isinstance(x, Variable):
-        x = x._current_array()
+        x = x.current_array()
     return x
 
 
@@ -156,7 +158,7 @@ class Metric:
     def _check_context(self, mode, what):
         """Raise unless the state variables can be used in ``mode``."""
         for var in self._state.values():
-            owner = getattr(var, "_distribute_strategy", None)
+            owner = var.distribute_strategy
             if _in_replica_context(mode):
                 if not mode.strategy.extended.variable_created_in_scope(var):
                     raise RuntimeError(
@@ -166,7 +168,7 @@ class Metric:
                         + ". Create the metric inside `with strategy.scope():` of the strategy "
                           "that runs it."
                     )
-            elif getattr(var, "_is_distributed_variable", False) and not mode.is_default \
+            elif is_distributed_variable(var) and not mode.is_default \
                     and mode.strategy is not owner:
                 raise RuntimeError(
                     f"Mixing different mpidist.Strategy objects: metric {self._name!r} was "
@@ -180,6 +182,10 @@ class Metric:
         the state is unchanged."""
         mode = state.current_mode()
         self._check_context(mode, "update_state")
+        # Inside value_and_grad a metric may be fed traced values: it reads their values.
+        what = f"Metric {self._name!r}.update_state"
+        args = [untraced(a, what) for a in args]
+        kwargs = {k: untraced(v, what) for k, v in kwargs.items()}
         deltas = self._update_deltas(*args, **kwargs)
         replica = _in_replica_context(mode)
         writes = []
@@ -227,7 +233,7 @@ class Metric:
         mode = state.current_mode()
         self._check_context(mode, "compute result()")
         if _in_replica_context(mode) and any(
-                getattr(v, "_is_distributed_variable", False) for v in self._state.values()):
+                is_distributed_variable(v) for v in self._state.values()):
             return mode.replica_context.merge_call(lambda strategy: self._read_totals_cross())
         return self._read_totals_cross()
 
@@ -235,9 +241,9 @@ class Metric:
         """``{state name: host array}`` summed over every replica (one batched reduction)."""
         names = list(self._state)
         variables = [self._state[n] for n in names]
-        if not any(getattr(v, "_is_distributed_variable", False) for v in variables):
-            return {n: np.array(as_array(v._value), copy=True) for n, v in zip(names, variables)}
-        strategy = variables[0]._distribute_strategy
+        if not any(is_distributed_variable(v) for v in variables):
+            return {n: np.array(as_array(v.storage), copy=True) for n, v in zip(names, variables)}
+        strategy = variables[0].distribute_strategy
         with strategy.scope():
             reduced = strategy.extended.batch_reduce_to(
                 ReduceOp.SUM, [(v, "/cpu:0") for v in variables])

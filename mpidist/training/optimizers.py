@@ -377,13 +377,13 @@ class SGD(Optimizer):
                                               self.nesterov)
 
     def _update_step(self, variable, gradient, slots, lr, step):
-        w = variable._current_array()
+        w = variable.current_array()
         g = gradient.astype(w.dtype, copy=False)
         if not self.momentum:
             variable.assign_sub(w.dtype.type(lr) * g, read_value=False)
             return
         (m_var,) = slots
-        m = m_var._current_array()
+        m = m_var.current_array()
         m = w.dtype.type(self.momentum) * m - w.dtype.type(lr) * g
         m_var.assign(m, read_value=False)
         if self.nesterov:
@@ -421,19 +421,19 @@ class Adam(Optimizer):
                                   alpha, t(1 - self.beta_1), t(1 - self.beta_2), t(self.epsilon))
 
     def _update_step(self, variable, gradient, slots, lr, step):
-        w = variable._current_array()
+        w = variable.current_array()
         xp = array_module(w)
         t = w.dtype.type
         g = gradient.astype(w.dtype, copy=False)
         m_var, v_var = slots[0], slots[1]
         alpha = t(lr * np.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step))
-        m = m_var._current_array()
-        v = v_var._current_array()
+        m = m_var.current_array()
+        v = v_var.current_array()
         m = m + (g - m) * t(1 - self.beta_1)
         v = v + (g * g - v) * t(1 - self.beta_2)
         m_var.assign(m, read_value=False)
         v_var.assign(v, read_value=False)
         if self.amsgrad:
-            v = xp.maximum(slots[2]._current_array(), v)
+            v = xp.maximum(slots[2].current_array(), v)
             slots[2].assign(v, read_value=False)
         variable.assign_sub(m * alpha / (xp.sqrt(v) + t(self.epsilon)), read_value=False)

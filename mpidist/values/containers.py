@@ -36,9 +36,9 @@ class DistributedValues:
         self._devices = devices
 
     @classmethod
-    def _trusted(cls, values, devices):
-        """A container built without the checks, for hot paths whose ``values`` and
-        ``devices`` are already tuples of the same, non-zero length."""
+    def unchecked(cls, values: tuple, devices: tuple | None):
+        """A container built without ``__init__``'s checks, for hot paths whose ``values``
+        and ``devices`` are already tuples of the same, non-zero length."""
         obj = cls.__new__(cls)
         obj._values, obj._devices = values, devices
         return obj

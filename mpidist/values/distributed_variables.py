@@ -15,24 +15,35 @@ from mpidist.core import state
 from mpidist.core.user_calls import user_call
 from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
+from mpidist.values.protocols import StrategyProtocol
 from mpidist.values.regroup import select_local
 from mpidist.values.variables import Variable
 
-__all__ = ["DistributedVariable", "MirroredVariable", "SyncOnReadVariable"]
+__all__ = ["DistributedVariable", "MirroredVariable", "SyncOnReadVariable",
+           "is_distributed_variable"]
+
+
+def is_distributed_variable(value) -> bool:
+    """Whether ``value`` is a MirroredVariable or SyncOnReadVariable (one component Variable
+    per replica), as opposed to a plain Variable or any other value."""
+    return isinstance(value, DistributedVariable)
 
 
 class DistributedVariable(DistributedValues, Variable):
-    """Base of MirroredVariable and SyncOnReadVariable: one component Variable per replica."""
+    """Base of MirroredVariable and SyncOnReadVariable: one component Variable per replica.
 
-    _is_distributed_variable = True
+    It asks its strategy (``StrategyProtocol``: scope, reduce, the extended's reduce_to,
+    broadcast_to and first_replica_value) and the current replica context
+    (``ReplicaContextProtocol``: local_replica_id, merge_call) for what it cannot do alone.
+    """
 
-    def __init__(self, strategy, components, aggregation):
-        DistributedValues.__init__(self, components, devices=[c._device for c in components])
+    def __init__(self, strategy: StrategyProtocol, components, aggregation):
+        DistributedValues.__init__(self, components, devices=[c.device_spec for c in components])
         self._distribute_strategy = strategy
         self._aggregation = aggregation
-        self._distributed_container_ref = None
+        self.distributed_container = None
         for component in components:
-            component._distributed_container_ref = self
+            component.distributed_container = self
 
     # -- identity: the primary component's ------------------------------------------------
     @property
@@ -68,8 +79,8 @@ class DistributedVariable(DistributedValues, Variable):
         return self._aggregation
 
     @property
-    def distribute_strategy(self):
-        return self._distribute_strategy
+    def device_spec(self):
+        return self._primary.device_spec
 
     # -- where are we? --------------------------------------------------------------------
     def _replica_context(self):
@@ -97,7 +108,7 @@ class DistributedVariable(DistributedValues, Variable):
 
     def _validate_all(self, values):
         """Prepared arrays for each component; raises before anything is written."""
-        return [component._prepare(v) for component, v in zip(self._values, values)]
+        return [component.prepare_assignment(v) for component, v in zip(self._values, values)]
 
     def _per_component(self, value):
         """``value`` split per component: DistributedValues componentwise, others repeated."""
@@ -112,7 +123,7 @@ class DistributedVariable(DistributedValues, Variable):
 
     def _write_all(self, kind, arrays):
         for component, arr in zip(self._values, arrays):
-            component._write(kind, arr)
+            component.write_prepared(kind, arr)
 
     def _mirrored_values(self):
         return Mirrored([c.value() for c in self._values], self._devices)
@@ -130,11 +141,11 @@ class MirroredVariable(DistributedVariable):
     def synchronization(self):
         return VariableSynchronization.ON_WRITE
 
-    def _current_array(self):
+    def current_array(self):
         ctx = self._replica_context()
         if ctx is not None:
-            return self._values[ctx._local_replica_id]._value
-        return self._get_on_device_or_primary()._value
+            return self._values[ctx.local_replica_id].storage
+        return self._get_on_device_or_primary().storage
 
     def _update(self, kind, value, read_value):
         ctx = self._replica_context()
@@ -145,7 +156,7 @@ class MirroredVariable(DistributedVariable):
                 "Cannot use DistributedValues to update variables in replica context: inside "
                 "strategy.run pass the replica's own value (an array or number)."
             )
-        local = ctx._local_replica_id
+        local = ctx.local_replica_id
         if self._aggregation is VariableAggregation.NONE:
             return self._values[local]._update(kind, value, read_value)
         # Aggregated across replicas (collective under MultiWorkerMirroredStrategy).
@@ -155,7 +166,7 @@ class MirroredVariable(DistributedVariable):
     def _merge_update(self, strategy, kind, value, read_value):
         extended = strategy.extended
         if self._aggregation is VariableAggregation.ONLY_FIRST_REPLICA:
-            reduced = extended.broadcast_to(extended._first_replica_value(value), self)
+            reduced = extended.broadcast_to(extended.first_replica_value(value), self)
         else:
             op = ReduceOp.from_variable_aggregation(self._aggregation)
             reduced = extended.reduce_to(op, value, self)
@@ -177,28 +188,28 @@ class SyncOnReadVariable(DistributedVariable):
         return VariableSynchronization.ON_READ
 
     def _aggregated(self):
-        components = PerReplica([c._value for c in self._values], self._devices)
+        components = PerReplica([c.storage for c in self._values], self._devices)
         # Collective under MultiWorkerMirroredStrategy: name the read in mismatch errors.
         with user_call("reading a SyncOnReadVariable"):
             if self._aggregation is VariableAggregation.ONLY_FIRST_REPLICA:
                 # Replica 0 of the whole job: under MultiWorkerMirroredStrategy the chief's
                 # copy, so every worker reads (and checkpoints) the same value.
                 return as_array(
-                    self._distribute_strategy.extended._first_replica_value(components))
+                    self._distribute_strategy.extended.first_replica_value(components))
             op = ReduceOp.from_variable_aggregation(self._aggregation)
             with self._own_scope():
                 return as_array(self._distribute_strategy.reduce(op, components, axis=None))
 
-    def _current_array(self):
+    def current_array(self):
         ctx = self._replica_context()
         if ctx is not None:
-            return self._values[ctx._local_replica_id]._value
+            return self._values[ctx.local_replica_id].storage
         return self._aggregated()
 
     def _update(self, kind, value, read_value):
         ctx = self._replica_context()
         if ctx is not None:
-            return self._values[ctx._local_replica_id]._update(kind, value, read_value)
+            return self._values[ctx.local_replica_id]._update(kind, value, read_value)
         if self._aggregation is VariableAggregation.SUM and kind != "assign":
             raise ValueError(
                 f"SyncOnReadVariable does not support `{kind}` in cross-replica context when "

@@ -8,14 +8,14 @@ import collections.abc
 
 from mpidist.core import nest
 from mpidist.values.containers import DistributedValues, PerReplica
+from mpidist.values.variables import Variable
 
 __all__ = ["regroup", "select_replica", "select_local", "contains_distributed"]
 
 
 def _container_of(value):
     """The distributed variable ``value`` is a component of, or None."""
-    getter = getattr(value, "_distributed_container", None)
-    return getter() if callable(getter) else None
+    return value.distributed_container if isinstance(value, Variable) else None
 
 
 def regroup(values, wrap_class=PerReplica, devices=None):
@@ -66,7 +66,8 @@ def select_replica(replica_id, structure):
     distributed variable becomes its component; variables and plain values pass unchanged."""
 
     def pick(x):
-        if isinstance(x, DistributedValues) and not getattr(x, "_is_distributed_variable", False):
+        # A DistributedValues that is also a Variable is a distributed variable.
+        if isinstance(x, DistributedValues) and not isinstance(x, Variable):
             return x.values[replica_id]
         return x
 

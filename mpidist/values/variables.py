@@ -6,16 +6,20 @@ any scope a plain Variable. Variables act as arrays in NumPy code (``np.asarray(
 ``v.numpy()``); a distributed variable then acts as the current replica's copy.
 """
 
+from typing import Any
+
 import numpy as np
 
 from mpidist.backend import array_module, as_array, copy_to_device, device_of
+from mpidist.backend.traced import traced_error, traced_kind
 from mpidist.core import state
-from mpidist.core.devices import parse_device
+from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.core.messages import short_repr
 from mpidist.types import VariableAggregation, VariableSynchronization
 from mpidist.values.containers import PerReplica
 
-__all__ = ["Variable", "as_aggregation", "as_synchronization"]
+__all__ = ["Variable", "as_aggregation", "as_synchronization", "initial_array"]
+
 
 def as_synchronization(value):
     try:
@@ -39,17 +43,17 @@ def as_aggregation(value):
 
 
 class _VariableMeta(type):
-    """Routes ``Variable(...)`` through the current strategy's variable creator."""
+    """Routes ``Variable(...)`` through the current strategy's variable creator
+    (``strategy.extended.create_variable``, see ``mpidist.values.protocols``)."""
 
     def __call__(cls, *args, **kwargs):
         if cls is not Variable:
             return super().__call__(*args, **kwargs)
         strategy = state.current_mode().strategy
-        creator = getattr(getattr(strategy, "extended", None), "_create_variable", None)
-        if creator is None:
+        creator = getattr(getattr(strategy, "extended", None), "create_variable", None)
+        if creator is None:  # no strategies layer loaded: nothing to ask
             return super().__call__(*args, **kwargs)
         return creator(*args, **kwargs)
-
 
 
 def _as_shape(shape):
@@ -66,7 +70,11 @@ def _as_shape(shape):
     return tuple(int(d) for d in dims)
 
 
-def _initial_array(initial_value, dtype, shape):
+def initial_array(initial_value: Any, dtype: Any, shape: Any) -> Any:
+    """``initial_value`` (an array, number, nested list, Variable or a zero-argument callable
+    giving one) as the array a new variable starts from, of ``dtype`` when given and checked
+    against ``shape`` when given; the error names the value and the fix otherwise. Strategies
+    call it once and copy the result to every replica's device."""
     if initial_value is None:
         raise ValueError("initial_value must be specified: pass an array, a number or a callable.")
     if callable(initial_value):
@@ -109,9 +117,13 @@ class Variable(metaclass=_VariableMeta):
         aggregation: A VariableAggregation (used by distribution strategies).
         shape: Expected shape of ``initial_value``; checked when given.
         device: Device string to place the value on (the host when None).
+
+    Attributes:
+        distributed_container: The MirroredVariable / SyncOnReadVariable this variable is one
+            component of (it sets this when it is built), else None. A plain attribute, not a
+            property: ``regroup`` reads it for every value a replica returns.
     """
 
-    _is_distributed_variable = False
     _adopted = False  # (class default: distributed variables never adopt storage themselves)
     __array_priority__ = 100
 
@@ -123,7 +135,7 @@ class Variable(metaclass=_VariableMeta):
         if name is not None and not isinstance(name, str):
             raise TypeError(f"Variable name must be a string, got {name!r}.")
         device = parse_device(device) if device is not None else None
-        arr = _initial_array(initial_value, dtype, shape)
+        arr = initial_array(initial_value, dtype, shape)
         self._value = copy_to_device(arr, device)
         self._device = device if device is not None else device_of(self._value)
         self._name = f"{name if name is not None else 'Variable'}:0"
@@ -132,9 +144,24 @@ class Variable(metaclass=_VariableMeta):
         )
         self._synchronization = synchronization
         self._aggregation = aggregation
-        self._distributed_container_ref = None
+        self.distributed_container = None
         self._distribute_strategy = None
         self._adopted = False
+
+    @classmethod
+    def plain(cls, *args: Any, distribute_strategy: Any = None, **kwargs: Any) -> "Variable":
+        """A plain Variable built right here, whatever strategy is current: the current
+        strategy's variable creator is not asked (``Variable(...)`` asks it, and inside a
+        MirroredStrategy scope would build a MirroredVariable). Takes ``Variable``'s arguments.
+
+        Args:
+            distribute_strategy: The strategy the variable belongs to (what its
+                ``distribute_strategy`` reports): OneDeviceStrategy's creator passes itself;
+                None (the default) for a variable of no strategy, e.g. a checkpoint's counter.
+        """
+        variable = type.__call__(cls, *args, **kwargs)  # type's own call: skips _VariableMeta
+        variable._distribute_strategy = distribute_strategy
+        return variable
 
     # -- identity -------------------------------------------------------------------------
     @property
@@ -174,49 +201,60 @@ class Variable(metaclass=_VariableMeta):
     def aggregation(self):
         return self._aggregation
 
-    def _distributed_container(self):
-        """The distributed variable this is a component of, or None."""
-        return self._distributed_container_ref
+    @property
+    def distribute_strategy(self) -> Any:
+        """The strategy whose scope created this variable (OneDeviceStrategy's, or a
+        distributed variable's), else None: made outside every scope, one component of a
+        distributed variable, or built with ``Variable.plain`` for no strategy."""
+        return self._distribute_strategy
+
+    @property
+    def device_spec(self) -> DeviceSpec:
+        """The DeviceSpec this variable's value lives on (``device`` is its string form)."""
+        return self._device
 
     # -- reads ----------------------------------------------------------------------------
-    def _current_array(self):
-        """The array that arithmetic on this variable reads (no copy)."""
+    def current_array(self) -> Any:
+        """The array that arithmetic on this variable reads, without a copy: a plain
+        variable's value (its ``storage``); for a distributed variable the current replica's
+        copy in replica context, else its cross-replica value. Writing into it is not an
+        assignment: use ``assign*``."""
         return self._value
 
     def value(self):
         """A snapshot of the current value (an array on the variable's device)."""
-        return self._current_array().copy()
+        return self.current_array().copy()
 
     def read_value(self):
         return self.value()
 
     def numpy(self):
         """A host NumPy copy of the current value."""
-        return np.array(as_array(self._current_array()), copy=True)
+        return np.array(as_array(self.current_array()), copy=True)
 
     def __array__(self, dtype=None, copy=None):
-        return np.asarray(as_array(self._current_array()), dtype=dtype)
+        return np.asarray(as_array(self.current_array()), dtype=dtype)
 
     def __float__(self):
-        return float(self._current_array())
+        return float(self.current_array())
 
     def __int__(self):
-        return int(self._current_array())
+        return int(self.current_array())
 
     def __index__(self):
-        return int(self._current_array())
+        return int(self.current_array())
 
     def __bool__(self):
-        return bool(self._current_array())
+        return bool(self.current_array())
 
     def __len__(self):
-        return len(self._current_array())
+        return len(self.current_array())
 
     def __iter__(self):
-        return iter(self._current_array())
+        return iter(self.current_array())
 
     def __getitem__(self, key):
-        return self._current_array()[key]
+        return self.current_array()[key]
 
     def __repr__(self):
         try:
@@ -257,10 +295,18 @@ class Variable(metaclass=_VariableMeta):
         self._adopted = True
 
     # -- writes ---------------------------------------------------------------------------
-    def _prepare(self, value, casting="same_kind"):
-        """``value`` as an array ready to store: same shape, castable dtype; raises otherwise."""
+    # An update is checked, then written: a distributed variable checks the value for every
+    # component before it writes any, so a bad value leaves every copy as it was.
+    def prepare_assignment(self, value: Any, casting: str = "same_kind") -> Any:
+        """``value`` as an array ready to store in this variable: the same shape and a dtype
+        that casts to the variable's under ``casting``. Raises TypeError / ValueError naming
+        the variable and the fix otherwise; writes nothing."""
+        if traced_kind(value) is not None:
+            raise traced_error(value, f"Assigning to variable {self._name!r}",
+                               "assign after value_and_grad returns, from the values it "
+                               "returns (has_aux=True gives back any extra output)")
         if isinstance(value, Variable):
-            value = value._current_array()
+            value = value.current_array()
         if isinstance(value, PerReplica):
             value.__array__()  # raises TF's message: use strategy.run / reduce
         try:
@@ -290,7 +336,9 @@ class Variable(metaclass=_VariableMeta):
             )
         return arr
 
-    def _write(self, kind, arr):
+    def write_prepared(self, kind: str, arr: Any) -> None:
+        """Write ``arr`` (from ``prepare_assignment``) into the value in place: ``kind`` is
+        ``"assign"``, ``"assign_add"`` or ``"assign_sub"``. No checks: they were made."""
         xp = array_module(self._value)
         if kind == "assign":
             xp.copyto(self._value, arr, casting="unsafe")
@@ -300,7 +348,7 @@ class Variable(metaclass=_VariableMeta):
             xp.subtract(self._value, arr, out=self._value, casting="unsafe")
 
     def _update(self, kind, value, read_value):
-        self._write(kind, self._prepare(value))
+        self.write_prepared(kind, self.prepare_assignment(value))
         return self.value() if read_value else None
 
     def assign(self, value, use_locking=None, name=None, read_value=True):
@@ -320,8 +368,8 @@ class Variable(metaclass=_VariableMeta):
 def _binary(name):
     def method(self, other):
         if isinstance(other, Variable):
-            other = other._current_array()
-        return getattr(self._current_array(), name)(other)
+            other = other.current_array()
+        return getattr(self.current_array(), name)(other)
 
     method.__name__ = name
     return method
@@ -332,7 +380,7 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"
     setattr(Variable, f"__r{_name}__", _binary(f"__r{_name}__"))
 for _name in ("lt", "le", "gt", "ge"):
     setattr(Variable, f"__{_name}__", _binary(f"__{_name}__"))
-Variable.__neg__ = lambda self: -self._current_array()
-Variable.__pos__ = lambda self: +self._current_array()
-Variable.__abs__ = lambda self: abs(self._current_array())
+Variable.__neg__ = lambda self: -self.current_array()
+Variable.__pos__ = lambda self: +self.current_array()
+Variable.__abs__ = lambda self: abs(self.current_array())
 del _name

@@ -31,7 +31,7 @@ def test_gpu_values_reduce_across_workers(dtype):
     import cupy
 
     s = mpidist.MultiWorkerMirroredStrategy()
-    size = s.extended._comm.size
+    size = s.extended.communicator.size
     values = s.run(lambda: cupy.full((1000,), 1 + int(mpidist.get_replica_context()
                                                          .replica_id_in_sync_group), dtype=dtype))
     total = s.reduce("SUM", values, axis=None)

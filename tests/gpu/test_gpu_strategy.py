@@ -48,7 +48,7 @@ def test_mirrored_variable_components_live_on_their_gpus():
     with strategy.scope():
         v = mpidist.Variable(np.ones(3, np.float32), aggregation=mpidist.VariableAggregation.MEAN)
     components = strategy.experimental_local_results(v)
-    assert [int(c._value.device.id) for c in components] == list(range(num_gpus()))
+    assert [int(c.storage.device.id) for c in components] == list(range(num_gpus()))
 
     def step():
         rid = int(mpidist.get_replica_context().replica_id_in_sync_group)

@@ -213,7 +213,7 @@ def test_merge_call_reduces_across_workers(local):
 @pytest.mark.mpi
 def test_large_all_reduce_takes_the_shared_memory_path_and_is_exact():
     s = mwms(1)
-    comm_obj = s.extended._comm
+    comm_obj = s.extended.communicator
     n = (comm_obj.shm_min_bytes or 0) // 4 + 12345
     for dtype in (np.float32, np.int32, np.float64):
         got = s.reduce("SUM", s.run(lambda: np.full(n, rid() + 1, dtype=dtype)), axis=None)

@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Lowest first. Each entry: (layer name, module prefixes).
 LAYERS = [
-    ("base", ["mpidist.errors", "mpidist.config", "mpidist.types", "mpidist.logs"]),
+    ("base", ["mpidist.errors", "mpidist.config", "mpidist.types", "mpidist.logs",
+              "mpidist.launcher_env"]),
     ("core", ["mpidist.core"]),
     ("kernels", ["mpidist.kernels"]),
     ("backend", ["mpidist.backend"]),
@@ -23,10 +24,8 @@ LAYERS = [
     ("data", ["mpidist.data"]),
     ("strategies", ["mpidist.strategies"]),
     ("training", ["mpidist.training"]),
-    ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli", "mpidist.cli_info",
-             "mpidist.cli_bench", "mpidist.cli_bench_step", "mpidist.cli_bench_step_report",
-             "mpidist.cli_plot", "mpidist.experimental",
-             "mpidist.nn", "mpidist.optimizers", "mpidist.metrics", "mpidist.train",
+    ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli", "mpidist.experimental",
+             "mpidist.nn", "mpidist.autodiff", "mpidist.optimizers", "mpidist.metrics", "mpidist.train",
              "mpidist.callbacks", "mpidist.launch", "mpidist.guard"]),
 ]
 
@@ -114,3 +113,119 @@ def test_import_mpidist_is_side_effect_free():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "none", f"import mpidist loaded: {out.stdout.strip()}"
+
+
+# -- Public contracts between modules (issue 17) ------------------------------------------------
+# A module may use another object's ``_private`` name only where the module itself defines that
+# name (a class with its hooks, a subclass through ``self``). Everything else crosses a module
+# boundary through public names: an attribute ``other._x``, ``getattr / hasattr / setattr``
+# with a private string, or ``from module import _x`` is a violation.
+
+# Python's own protocols whose names start with an underscore (namedtuple, sys, os).
+STDLIB_PRIVATE_PROTOCOLS = frozenset({"_make", "_fields", "_asdict", "_replace", "_getframe",
+                                      "_exit"})
+
+
+
+def _is_private(name):
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _names_defined_in(tree):
+    """Every name the module defines: functions, classes, assigned names and attributes,
+    arguments, imports and ``__slots__`` entries."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            names.update(e.value for e in getattr(node.value, "elts", ())
+                         if isinstance(e, ast.Constant) and isinstance(e.value, str))
+    return names
+
+
+def _on_self(node):
+    """Whether an attribute is read through ``self``, ``cls`` or ``super()``."""
+    owner = node.value
+    if isinstance(owner, ast.Name):
+        return owner.id in ("self", "cls")
+    return isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) \
+        and owner.func.id == "super"
+
+
+def private_accesses(source, filename="<source>"):
+    """``(line, name)`` for each use of another module's private name in ``source``."""
+    tree = ast.parse(source, filename=filename)
+    defined = _names_defined_in(tree)
+
+    def foreign(name):
+        return _is_private(name) and name not in defined and name not in STDLIB_PRIVATE_PROTOCOLS
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            if foreign(node.attr) and not _on_self(node):
+                found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.ImportFrom):
+            found.extend((node.lineno, a.name) for a in node.names
+                         if _is_private(a.name) and a.name not in STDLIB_PRIVATE_PROTOCOLS)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2:
+            name = node.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str) \
+                    and foreign(name.value):
+                found.append((node.lineno, name.value))
+    return sorted(found)
+
+
+def test_modules_use_only_public_names_of_other_modules():
+    bad = []
+    for _, path in MODULES:
+        rel = path.relative_to(ROOT).as_posix()
+        bad.extend(f"{rel}:{line} {name}"
+                   for line, name in private_accesses(path.read_text(), str(path)))
+    assert not bad, (
+        "these modules reach into other modules' private names; use (or add) a public, "
+        "documented name instead (see docs/concepts.md, 'Contracts between layers'):\n  "
+        + "\n  ".join(bad))
+
+
+def test_private_access_check_sees_each_kind_of_violation():
+    """The checker itself must see every kind (guards against a vacuous test)."""
+    source = (
+        "from mpidist.values.variables import _initial_array\n"
+        "def f(var, strategy):\n"
+        "    var._value\n"
+        "    getattr(strategy, '_is_default', False)\n"
+        "    self._own, super()._base, point._replace, cls._x\n"
+        "class Own:\n"
+        "    def _hook(self): other._hook()\n"
+    )
+    assert private_accesses(source) == [(1, "_initial_array"), (3, "_value"), (4, "_is_default")]
+
+
+def test_strategies_implement_what_the_values_layer_asks_of_them():
+    """The Protocols of mpidist.values.protocols, met by every strategy and replica context."""
+    import mpidist
+    from mpidist.strategies.replica_context import ReplicaContext
+    from mpidist.values.protocols import (
+        ExtendedProtocol,
+        ReplicaContextProtocol,
+        StrategyProtocol,
+    )
+
+    strategies = [mpidist.get_strategy(), mpidist.OneDeviceStrategy("/cpu:0"),
+                  mpidist.MirroredStrategy(["/cpu:0", "/cpu:1"])]
+    for strategy in strategies:
+        assert isinstance(strategy, StrategyProtocol), strategy
+        assert isinstance(strategy.extended, ExtendedProtocol), strategy.extended
+        assert isinstance(ReplicaContext(strategy, 0), ReplicaContextProtocol)

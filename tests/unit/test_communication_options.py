@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import mpidist
-from mpidist.comm.communicator import CollectiveCall, _differing_fields
+from mpidist.comm.collective_call import CollectiveCall
+from mpidist.comm.failure_reports import differing_fields
 from mpidist.comm.mpi import check_launch, launcher_world_size
 from mpidist.experimental import (
     CollectiveCommunication,
@@ -135,8 +136,8 @@ def test_differing_fields_are_named():
     a = (5, "all_reduce", (("op", "sum"), ("dtype", "float32"), ("shape", (4,))), ())
     b = (5, "all_reduce", (("op", "sum"), ("dtype", "float32"), ("shape", (5,))), ())
     c = (6, "broadcast", (("root", 0),), ())
-    assert _differing_fields([a, b]) == ["shape"]
-    assert _differing_fields([a, c]) == ["sequence number", "operation"]
+    assert differing_fields([a, b]) == ["shape"]
+    assert differing_fields([a, c]) == ["sequence number", "operation"]
 
 
 def test_differing_public_calls_and_their_arguments_are_named_first():
@@ -144,14 +145,14 @@ def test_differing_public_calls_and_their_arguments_are_named_first():
     reduce_sum = (("Strategy.reduce", (("reduce_op", "SUM"), ("axis", None))),)
     reduce_mean = (("Strategy.reduce", (("reduce_op", "MEAN"), ("axis", None))),)
     save = (("Checkpoint.save", ()),)
-    assert _differing_fields([(5, "all_reduce", fields, reduce_sum),
+    assert differing_fields([(5, "all_reduce", fields, reduce_sum),
                               (5, "all_reduce", fields, reduce_mean)]) == [
         "Strategy.reduce's argument reduce_op"]
-    assert _differing_fields([(5, "all_reduce", fields, save),
+    assert differing_fields([(5, "all_reduce", fields, save),
                               (5, "finalize", (), ())]) == [
         "the public call (Checkpoint.save vs the end of the program)", "operation"]
     nested = (("fit", ()), ("ReplicaContext.all_reduce", (("reduce_op", "SUM"),)))
-    assert _differing_fields([(5, "all_reduce", fields, nested),
+    assert differing_fields([(5, "all_reduce", fields, nested),
                               (5, "all_reduce", fields, reduce_sum)]) == [
         "the public call (Strategy.reduce vs fit > ReplicaContext.all_reduce)"]
 

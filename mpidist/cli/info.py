@@ -12,25 +12,19 @@ import os
 import platform
 import socket
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from mpidist.backend import cupy_backend
 from mpidist.backend.threads import threads_per_rank
 from mpidist.comm.mpi import check_launch, mpi_module
 from mpidist.config import get_config
+from mpidist.launcher_env import launcher_variables
 
 __all__ = ["collect", "find_problems", "library_facts", "rank_facts", "render_report",
-           "gpu_identity", "THREAD_LEVELS"]
+           "gpu_facts", "gpu_identity", "THREAD_LEVELS"]
 
 THREAD_LEVELS = ("SINGLE", "FUNNELED", "SERIALIZED", "MULTIPLE")
-
-# Variables by which launchers tell a process who it is (shown in the report, never trusted
-# over MPI itself).
-LAUNCHER_VARIABLES = (
-    "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
-    "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_JOB_NUM_NODES", "PMI_RANK", "PMI_SIZE",
-    "PMIX_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-)
 
 _ONE_RANK_PER_GPU = (
     "start at most one rank per GPU on each node (mpiexec -n <GPUs per node> per node, or srun "
@@ -74,7 +68,7 @@ def _nccl_version():
     return f"{major}.{minor}.{patch}", "NCCL is available"
 
 
-def library_facts(mpi):
+def library_facts(mpi: Any) -> dict[str, Any]:
     """Facts about the libraries of this process (the same on every rank of a sane job)."""
     import mpi4py  # noqa: PLC0415
 
@@ -107,8 +101,8 @@ def library_facts(mpi):
         },
         "gpu_aware_mpi": {
             "enabled": bool(config.gpu_aware_mpi),
-            "source": "MPIDIST_GPU_AWARE_MPI" if "MPIDIST_GPU_AWARE_MPI" in os.environ
-            else "default",
+            "source": "MPIDIST_GPU_AWARE_MPI"
+            if "MPIDIST_GPU_AWARE_MPI" in config.set_variables else "default",
         },
         "config": {
             "shm_min_bytes": config.shm_min_bytes,
@@ -126,7 +120,7 @@ def _thread_name(mpi, level):
     return str(level)
 
 
-def gpu_facts():
+def gpu_facts() -> tuple[list[dict[str, Any]], str | None]:
     """``(gpus, reason)``: one dict per visible GPU (index, name, uuid, pci, memory) and why
     there are none when the list is empty."""
     cupy = cupy_backend.get_cupy()
@@ -137,7 +131,7 @@ def gpu_facts():
         return [], cupy_backend.unavailable_reason()
     gpus = []
     for index in range(count):
-        entry = {"index": index}
+        entry: dict[str, Any] = {"index": index}
         try:
             props = cupy.cuda.runtime.getDeviceProperties(index)
         except Exception as exc:  # a device that cannot be queried is still listed
@@ -185,7 +179,8 @@ def _default_device(launch_ok, local_rank, visible):
     return f"/gpu:{local_rank % visible}" if visible else "/cpu:0"
 
 
-def rank_facts(comm, launch_error, environ=None):
+def rank_facts(comm: Any, launch_error: str | None,
+               environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """This rank's facts, given its Communicator and the launch check's error (or None)."""
     environ = os.environ if environ is None else environ
     gpus, gpu_reason = gpu_facts()
@@ -208,12 +203,12 @@ def rank_facts(comm, launch_error, environ=None):
         "gpus": gpus,
         "gpu_status": gpu_reason,
         "device": device,
-        "launcher": {k: environ[k] for k in LAUNCHER_VARIABLES if k in environ},
+        "launcher": launcher_variables(environ),
         "launch_error": launch_error,
     }
 
 
-def gpu_identity(facts):
+def gpu_identity(facts: dict[str, Any]) -> str | None:
     """What names the physical GPU of a rank's default device, or None for a CPU device:
     its UUID when known, else its entry in CUDA_VISIBLE_DEVICES, else its index."""
     device = facts.get("device") or ""
@@ -236,7 +231,8 @@ def _problem(kind, severity, ranks, message, fix):
             "fix": fix}
 
 
-def find_problems(ranks, libraries=None):
+def find_problems(ranks: list[dict[str, Any]],
+                  libraries: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The problems visible in the gathered per-rank facts (``rank_facts`` dicts, rank order).
 
     Each is ``{"kind", "severity" ("error" or "warning"), "ranks", "message", "fix"}``:
@@ -258,7 +254,7 @@ def find_problems(ranks, libraries=None):
         kind = "singleton-ranks" if facts.get("size") == 1 else "launch-mismatch"
         problems.append(_problem(kind, "error", [facts["rank"]], message, fix))
 
-    by_gpu = {}
+    by_gpu: dict[tuple[Any, str], list[dict[str, Any]]] = {}
     for facts in ranks:
         identity = gpu_identity(facts)
         if identity is not None:
@@ -272,7 +268,7 @@ def find_problems(ranks, libraries=None):
                 f"ranks {ranks_on} on {host} all default to the same GPU ({identity}; {devices}).",
                 _ONE_RANK_PER_GPU))
 
-    by_node = {}
+    by_node: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for facts in ranks:
         by_node.setdefault((facts.get("node_index"), facts.get("host")), []).append(facts)
     for (_, host), on_node in sorted(by_node.items(), key=lambda kv: kv[1][0]["rank"]):
@@ -300,7 +296,7 @@ def find_problems(ranks, libraries=None):
     return problems
 
 
-def collect():
+def collect() -> dict[str, Any] | None:
     """Run on every rank: ``report`` dict on rank 0, None elsewhere.
 
     The report is ``{"ranks", "nodes", "library", "per_rank", "problems"}``.
@@ -356,7 +352,7 @@ def _blas_text(facts):
     return now + (f" (MWMS caps to {cap})" if cap is not None else "")
 
 
-def render_report(report):
+def render_report(report: dict[str, Any]) -> str:
     """The human-readable ``mpidist info`` report."""
     lib = report["library"]
     mpi = lib["mpi"]

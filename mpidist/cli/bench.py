@@ -16,16 +16,21 @@ makes busbw comparable with link bandwidth whatever the rank count; it is 0 on o
 import math
 import statistics
 import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from mpidist.cli_info import library_facts
+from mpidist.cli.info import library_facts
 from mpidist.comm.mpi import mpi_module
 
 __all__ = ["DTYPES", "OPS", "QUICK_SIZES", "DEFAULT_SIZES", "parse_size", "parse_sizes",
            "human_size", "bus_factor", "pattern", "expected", "Timer", "run_allreduce",
            "run_batch", "allreduce_header", "allreduce_line", "allreduce_summary", "batch_table",
-           "to_csv", "CheckFailed"]
+           "to_csv", "CheckFailed", "Job", "Row"]
+
+Job = dict[str, Any]  # the job's facts, as the reports' "job" object holds them
+Row = dict[str, Any]  # one timed case of one implementation, as a "rows" entry holds it
 
 DTYPES = ("float32", "float64", "int32", "int64")
 OPS = ("sum", "max", "min", "prod")
@@ -42,14 +47,14 @@ IMPL_LABELS = {IMPL_MPIDIST: "mpidist Communicator.all_reduce",
 class CheckFailed(RuntimeError):
     """Results were wrong on some rank (every rank raises it; ``detail`` is this rank's)."""
 
-    def __init__(self, message, detail=None, bad_ranks=()):
+    def __init__(self, message: str, detail: str | None = None, bad_ranks: Sequence[int] = ()):
         super().__init__(message)
         self.detail = detail
         self.bad_ranks = list(bad_ranks)
 
 
 # -- sizes ----------------------------------------------------------------------------------
-def parse_size(text):
+def parse_size(text: str) -> int:
     """``"4K"`` -> 4096 (binary units: K, M, G, optional B / iB suffix)."""
     raw = text.strip().upper()
     digits = raw.rstrip("KMGIB")
@@ -66,7 +71,7 @@ def parse_size(text):
     return int(value)
 
 
-def parse_sizes(text):
+def parse_sizes(text: str) -> list[int]:
     """``"4K:64M"`` (x2 steps), ``"4K:64M:4"`` (x4 steps) or ``"8,4K,1M"`` -> sorted bytes."""
     text = text.strip()
     if ":" in text:
@@ -90,7 +95,7 @@ def parse_sizes(text):
     return sizes
 
 
-def human_size(nbytes):
+def human_size(nbytes: int) -> str:
     """8 -> "8B", 4096 -> "4K", 3 * 2**20 -> "3M" (binary units, as nccl-tests' sizes)."""
     for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
         if nbytes >= scale and nbytes % scale == 0:
@@ -98,13 +103,13 @@ def human_size(nbytes):
     return f"{nbytes}B"
 
 
-def bus_factor(n):
+def bus_factor(n: int) -> float:
     """busbw / algbw of an all-reduce on ``n`` ranks (nccl-tests: 2(n-1)/n)."""
     return 2.0 * (n - 1) / n
 
 
 # -- data and checks ------------------------------------------------------------------------
-def pattern(rank, count, dtype, op):
+def pattern(rank: int, count: int, dtype: str, op: str) -> np.ndarray:
     """The values rank ``rank`` sends: small integers whose reductions are exact in any order
     (``prod`` uses 1 and 2 only, so products are exact powers of two)."""
     i = np.arange(count)
@@ -113,7 +118,7 @@ def pattern(rank, count, dtype, op):
     return ((rank % 5) + (i % 7)).astype(dtype)
 
 
-def expected(size, count, dtype, op):
+def expected(size: int, count: int, dtype: str, op: str) -> np.ndarray:
     """What every rank must hold after reducing ``pattern`` over ``size`` ranks."""
     period = 420  # the patterns repeat every lcm(7, 2, 3, 4, 5, 6) elements
     table = np.stack([pattern(r, period, dtype, op) for r in range(size)])
@@ -132,7 +137,7 @@ def _first_wrong(got, want):
            f"expected {want[i].item()!r}"
 
 
-def agree_on_check(control, local_failure, what):
+def agree_on_check(control: Any, local_failure: str | None, what: str) -> None:
     """Every rank learns whether ``what`` was right on all ranks; raise CheckFailed if not."""
     failures = control.allgather(local_failure)
     bad = [r for r, f in enumerate(failures) if f]
@@ -146,7 +151,8 @@ def agree_on_check(control, local_failure, what):
 class Timer:
     """Agreed call counts and slowest-rank times over the control communicator."""
 
-    def __init__(self, control, mpi, iters=None, min_time=0.02, warmup=5, rounds=5):
+    def __init__(self, control: Any, mpi: Any, iters: int | None = None,
+                 min_time: float | None = 0.02, warmup: int = 5, rounds: int = 5):
         self.control = control
         self.max_op = mpi.MAX
         self.iters = iters
@@ -157,7 +163,7 @@ class Timer:
     def _slowest(self, seconds):
         return self.control.allreduce(seconds, op=self.max_op)
 
-    def sample(self, fn, calls):
+    def sample(self, fn: Callable[..., object], calls: int) -> float:
         """Seconds per call on the slowest rank (all ranks start together)."""
         self.control.Barrier()
         start = time.perf_counter()
@@ -165,7 +171,7 @@ class Timer:
             fn()
         return self._slowest(time.perf_counter() - start) / calls
 
-    def calls_for(self, fn):
+    def calls_for(self, fn: Callable[..., object]) -> int:
         """The call count every rank uses for this case: ``iters``, or enough calls of ``fn``
         to last ``min_time`` (found by growing trial runs, agreed through the slowest rank)."""
         if self.iters:
@@ -178,14 +184,15 @@ class Timer:
                 return max(1, min(1 << 22, math.ceil(self.min_time / max(per_call, 1e-9))))
             calls *= 4
 
-    def compare(self, cases, calibrate_with):
+    def compare(self, cases: Mapping[str, Callable[..., object]],
+                calibrate_with: str) -> dict[str, dict[str, Any]]:
         """``{name: {"calls", "median", "min", "max", "samples"}}`` (seconds per call) for the
         ``cases`` ({name: fn}), interleaved over the rounds with the order flipped each round."""
         for fn in cases.values():
             for _ in range(self.warmup):
                 fn()
         calls = self.calls_for(cases[calibrate_with])
-        samples = {name: [] for name in cases}
+        samples: dict[str, list[float]] = {name: [] for name in cases}
         names = list(cases)
         for r in range(self.rounds):
             for name in names if r % 2 == 0 else names[::-1]:
@@ -195,7 +202,8 @@ class Timer:
 
 
 # -- job facts for the reports --------------------------------------------------------------
-def job_facts(comm, mpi):
+def job_facts(comm: Any, mpi: Any) -> Job:
+    """What the reports say about the job: ranks, nodes, hosts, MPI and library versions."""
     lib = library_facts(mpi)
     return {
         "ranks": comm.size,
@@ -226,7 +234,8 @@ def _row(nbytes, count, dtype, op, impl, stats, n, raw_time=None):
 
 
 # -- bench allreduce ------------------------------------------------------------------------
-def run_allreduce(sizes, ops, dtype, timer, on_row=None):
+def run_allreduce(sizes: Sequence[int], ops: Sequence[str], dtype: str, timer: Timer,
+                  on_row: Callable[[Job, Row, Row], None] | None = None) -> tuple[Job, list[Row]]:
     """Sweep ``sizes`` x ``ops``; returns ``(job, rows)`` on every rank (rows: two per case,
     raw then mpidist). ``on_row(job, raw_row, mpidist_row)`` is called as each case finishes."""
     from mpidist.comm.communicator import world_communicator  # noqa: PLC0415 - starts MPI
@@ -292,7 +301,8 @@ BATCH_RAW_SEPARATE = "raw per-tensor"
 BATCH_MPIDIST = "mpidist batch_reduce_to"
 
 
-def run_batch(tensors, tensor_size, dtype, timer):
+def run_batch(tensors: int, tensor_size: int, dtype: str,
+              timer: Timer) -> tuple[Job, list[Row]]:
     """Many small tensors: MultiWorkerMirroredStrategy's ``batch_reduce_to`` (one host replica
     per rank, the packed path) against raw mpi4py: one Allreduce of a pre-packed buffer, a
     concatenate + one Allreduce + split, and one Allreduce per tensor. ``(job, rows)``."""
@@ -303,7 +313,7 @@ def run_batch(tensors, tensor_size, dtype, timer):
     # Host buffers on every rank, whatever GPUs exist: the raw baselines are host MPI calls.
     strategy = mpidist.MultiWorkerMirroredStrategy(
         cluster_resolver=MPIClusterResolver(local_devices=["/cpu:0"]))
-    comm = strategy.extended._comm
+    comm = strategy.extended.communicator
     raw_comm = mpi.COMM_WORLD.Dup()
     rows = []
     try:
@@ -386,7 +396,8 @@ def _fmt_bw(x):
     return f"{x:7.{digits}f}"
 
 
-def allreduce_header(job, dtype, timer_text):
+def allreduce_header(job: Job, dtype: str, timer_text: str) -> list[str]:
+    """The comment lines above ``allreduce_line``'s table."""
     n = job["ranks"]
     return [
         f"# mpidist bench allreduce: {n} rank(s) on {job['nodes']} node(s) "
@@ -406,7 +417,8 @@ def allreduce_header(job, dtype, timer_text):
     ]
 
 
-def allreduce_line(raw, ours):
+def allreduce_line(raw: Row, ours: Row) -> str:
+    """One size and op: mpidist's time and bandwidths, raw MPI's, and their ratio."""
     return (f"  {ours['size_bytes']:>10} {ours['count']:>10} {ours['dtype']:>8} {ours['op']:>6}   "
             f"{ours['time_us']:10.2f} {_fmt_bw(ours['algbw_gbps'])} "
             f"{_fmt_bw(ours['busbw_gbps'])}   "
@@ -414,7 +426,8 @@ def allreduce_line(raw, ours):
             f"{ours['ratio_to_raw']:6.2f}")
 
 
-def allreduce_summary(rows):
+def allreduce_summary(rows: list[Row]) -> list[str]:
+    """Average bus bandwidths and the geometric mean, best and worst of the time ratios."""
     ours = [r for r in rows if r["impl"] == IMPL_MPIDIST]
     raw = [r for r in rows if r["impl"] == IMPL_RAW]
     if not ours:
@@ -432,7 +445,8 @@ def allreduce_summary(rows):
     ]
 
 
-def batch_table(job, rows, timer_text):
+def batch_table(job: Job, rows: list[Row], timer_text: str) -> list[str]:
+    """The lines of ``mpidist bench batch``'s table, one implementation a line."""
     first = rows[0]
     lines = [
         f"# mpidist bench batch: {job['ranks']} rank(s) on {job['nodes']} node(s), "
@@ -462,7 +476,8 @@ CSV_COLUMNS = ("size_bytes", "count", "dtype", "op", "impl", "calls", "time_us",
                "time_max_us", "algbw_gbps", "busbw_gbps", "ratio_to_raw")
 
 
-def to_csv(rows, extra=()):
+def to_csv(rows: list[Row], extra: Sequence[str] = ()) -> str:
+    """``CSV_COLUMNS`` (then ``extra``) of each row, with a header line."""
     import csv  # noqa: PLC0415
     import io  # noqa: PLC0415
 

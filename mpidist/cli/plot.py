@@ -7,8 +7,11 @@ chunk (``mpidist-series``, JSON), so what a figure shows can be checked against 
 """
 
 import json
+import os
+from types import ModuleType
+from typing import Any
 
-from mpidist.cli_bench import IMPL_LABELS, IMPL_MPIDIST, IMPL_RAW, human_size
+from mpidist.cli.bench import IMPL_LABELS, IMPL_MPIDIST, IMPL_RAW, Job, Row, human_size
 
 __all__ = ["require_matplotlib", "plot_allreduce", "plot_batch", "PNG_SERIES_KEY"]
 
@@ -22,7 +25,7 @@ class MissingMatplotlib(ImportError):
     pass
 
 
-def require_matplotlib():
+def require_matplotlib() -> ModuleType:
     """Import matplotlib with the Agg backend, or raise an error naming the extra to install."""
     try:
         import matplotlib  # noqa: PLC0415 - optional: the plot extra
@@ -97,7 +100,8 @@ def _save(fig, path, title, mpidist_version):
     return series
 
 
-def plot_allreduce(job, rows, path):
+def plot_allreduce(job: Job, rows: list[Row],
+                   path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Write the all-reduce figure to ``path``; returns the series drawn."""
     require_matplotlib()
     n = job["ranks"]
@@ -144,7 +148,8 @@ def plot_allreduce(job, rows, path):
     return _save(fig, path, title, job.get("mpidist"))
 
 
-def plot_batch(job, rows, path):
+def plot_batch(job: Job, rows: list[Row],
+               path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Write the batch figure (time per call of each implementation) to ``path``."""
     require_matplotlib()
     first = rows[0]

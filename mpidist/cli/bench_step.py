@@ -22,15 +22,18 @@ replica per rank):
 
 Method: results are checked against the baseline's before timing; cases alternate within each
 round (order flipped every round); a sample is the slowest rank's time per call; the figure is
-the median of the rounds (cli_bench.Timer). The call count is calibrated on the mpidist case.
+the median of the rounds (mpidist.cli.bench.Timer). The call count is calibrated on the mpidist
+case.
 """
 
 import statistics
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from mpidist import cli_bench
+from mpidist.cli import bench
 from mpidist.comm.mpi import mpi_module
 
 __all__ = ["PATHS", "FULL_SIZES", "QUICK_SIZES", "VARIABLE_COUNTS", "TOTAL_ELEMENTS", "OPTIMIZERS",
@@ -51,7 +54,7 @@ MODELS = {"digits MLP": (64, 32, 10), "20-layer MLP": (64,) + (128,) * 19 + (10,
 
 
 # -- strategies ---------------------------------------------------------------------------------
-def strategies_for_job(size, nodes):
+def strategies_for_job(size: int, nodes: int) -> list[tuple[str, Callable[[], Any]]]:
     """``[(label, factory)]`` for a job of ``size`` ranks on ``nodes`` nodes."""
     import mpidist  # noqa: PLC0415 - the strategy layer
     from mpidist.cluster_resolver import MPIClusterResolver  # noqa: PLC0415
@@ -75,7 +78,7 @@ def _replica_ids(strategy, rank):
 
 
 def _agree(control, failure, what):
-    cli_bench.agree_on_check(control, failure, what)
+    bench.agree_on_check(control, failure, what)
 
 
 def _close(got, want, what, rtol=1e-5, atol=1e-6):
@@ -98,8 +101,8 @@ def _allreduce_case(strategy, label, nbytes, timer, raw_comm, mpi, rank, size):
     count = nbytes // 4
     ids = _replica_ids(strategy, rank)
     replicas = strategy.num_replicas_in_sync
-    xs = {rid: cli_bench.pattern(rid, count, "float32", "sum") for rid in ids}
-    want = cli_bench.expected(replicas, count, "float32", "sum")
+    xs = {rid: bench.pattern(rid, count, "float32", "sum") for rid in ids}
+    want = bench.expected(replicas, count, "float32", "sum")
     got = {}
 
     def step():
@@ -128,10 +131,10 @@ def _allreduce_case(strategy, label, nbytes, timer, raw_comm, mpi, rank, size):
     failure = None
     for r in list(results) + outs:
         failure = failure or _close(r, want, "result", rtol=0, atol=0)
-    _agree(timer.control, failure, f"{label}: run + all_reduce of {cli_bench.human_size(nbytes)}")
+    _agree(timer.control, failure, f"{label}: run + all_reduce of {bench.human_size(nbytes)}")
     stats = timer.compare({"mpidist": ours, "baseline": raw}, calibrate_with="mpidist")
     return _row("allreduce", label, size, replicas, stats, baseline,
-                size_bytes=nbytes, case=cli_bench.human_size(nbytes))
+                size_bytes=nbytes, case=bench.human_size(nbytes))
 
 
 # -- (b) apply_gradients ------------------------------------------------------------------------
@@ -297,7 +300,7 @@ class DeepMLP:
     """An MLP of any depth (tanh hidden layers, softmax cross-entropy), backward by hand, in the
     shape ``mpidist.fit`` expects (examples/digits_mlp.py's model with widths (64, 32, 10))."""
 
-    def __init__(self, widths, seed=0, dtype=np.float64):
+    def __init__(self, widths: Sequence[int], seed: int = 0, dtype: Any = np.float64):
         import mpidist  # noqa: PLC0415
 
         rng = np.random.default_rng(seed)
@@ -309,10 +312,11 @@ class DeepMLP:
             self.layers.append((w, b))
 
     @property
-    def trainable_variables(self):
+    def trainable_variables(self) -> list[Any]:
         return [v for layer in self.layers for v in layer]
 
-    def loss_and_gradients(self, x, y):
+    def loss_and_gradients(self, x: np.ndarray,
+                           y: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
         acts = [np.asarray(x, dtype=self.layers[0][0].dtype)]
         weights = [(w.read_value(), b.read_value()) for w, b in self.layers]
         for i, (w, b) in enumerate(weights):
@@ -434,7 +438,9 @@ def _row(path, label, size, replicas, stats, baseline, **extra):
     return row
 
 
-def run_step_sweep(timer, quick=False, paths=PATHS, on_row=None):
+def run_step_sweep(timer: bench.Timer, quick: bool = False, paths: Sequence[str] = PATHS,
+                   on_row: Callable[[bench.Job, bench.Row], None] | None = None,
+                   ) -> tuple[bench.Job, list[bench.Row]]:
     """The whole sweep on this job; ``(job, rows)`` on every rank. ``on_row(job, row)`` is called
     on every rank as each case finishes."""
     from mpidist.comm.communicator import world_communicator  # noqa: PLC0415 - starts MPI
@@ -442,7 +448,7 @@ def run_step_sweep(timer, quick=False, paths=PATHS, on_row=None):
     mpi = mpi_module()
     comm = world_communicator()
     raw_comm = mpi.COMM_WORLD.Dup()  # raw MPI on its own communicator, as mpidist's is
-    job = cli_bench.job_facts(comm, mpi)
+    job = bench.job_facts(comm, mpi)
     sizes = QUICK_SIZES if quick else FULL_SIZES
     counts = VARIABLE_COUNTS[:2] if quick else VARIABLE_COUNTS
     models = list(MODELS)

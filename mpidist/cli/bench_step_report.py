@@ -1,4 +1,4 @@
-"""Tables and the cost model of ``mpidist bench step`` (rows from mpidist.cli_bench_step).
+"""Tables and the cost model of ``mpidist bench step`` (rows from mpidist.cli.bench_step).
 
 ``step_table`` is the human report of one job; ``render_markdown`` turns the JSON reports of
 several jobs (1, 2, 4 ranks, two nodes) into docs/performance.md's tables, and ``fit_cost_model``
@@ -13,8 +13,12 @@ fits, by least squares, the terms those tables imply:
 """
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+
+from mpidist.cli.bench import Job, Row
 
 __all__ = ["step_table", "render_markdown", "fit_cost_model", "project"]
 
@@ -31,7 +35,7 @@ def _us(t):
     return f"{t:.1f} µs"
 
 
-def step_table(job, rows, timer_text):
+def step_table(job: Job, rows: list[Row], timer_text: str) -> list[str]:
     """The human report of one job (rank 0 prints it)."""
     lines = [f"# mpidist bench step: {job['ranks']} rank(s) on {job['nodes']} node(s), "
              f"{job['mpi_vendor']}",
@@ -50,7 +54,7 @@ def step_table(job, rows, timer_text):
                   "in all", f"# {'strategy':<22} {'case':>15} {'mpidist':>11} {'baseline':>11} "
                   f"{'ratio':>7} {'/fused':>7} {'comm':>10} {'update':>10} {'/update':>8}"]
         lines += [f"  {r['strategy']:<22} {r['case']:>15} {_us(r['time_us']):>11} "
-                  f"{_us(r['baseline_us']):>11} {r['ratio']:7.2f} {r['ratio_to_fused']:7.2f} "
+                  f"{_us(r['baseline_us']):>11} {r['ratio']:7.2f} {r.get('ratio_to_fused', math.nan):7.2f} "
                   f"{_us(r['comm_us']):>10} {_us(r['update_us']):>10} "
                   f"{r['ratio_to_update']:8.1f}" for r in ag]
     ft = [r for r in rows if r["path"] == "fit"]
@@ -85,7 +89,7 @@ def _mwms(rows, path, multi_node=False):
             and r["ranks"] > 1 and (r.get("nodes", 1) > 1) == multi_node]
 
 
-def fit_cost_model(rows):
+def fit_cost_model(rows: list[Row]) -> dict[str, Any]:
     """The model's terms (µs, µs/byte) fitted from the rows of every job; None where a job that a
     term needs is missing."""
     model = {}
@@ -120,14 +124,22 @@ def fit_cost_model(rows):
     return model
 
 
+def _apply_cell(row):
+    """``time (ratio; ratio to the fused baseline; ratio to the NumPy update)``; reports
+    saved before the fused baseline existed have no middle term."""
+    fused = f"{row['ratio_to_fused']:.1f}x fused; " if "ratio_to_fused" in row else ""
+    return (f"{_us(row['time_us'])} ({row['ratio']:.1f}x; {fused}"
+            f"{row['ratio_to_update']:.0f}x)")
+
+
 def _ring(p, nbytes, alpha_us, beta):
     return 2 * (p - 1) * alpha_us + 2 * (p - 1) / p * nbytes * beta
 
 
-def project(model, ranks=(64, 512)):
+def project(model: dict[str, Any], ranks: Sequence[int] = (64, 512)) -> list[dict[str, Any]]:
     """Projected step times (µs) of the 100 x 1000 apply_gradients step and of each fit model,
     for every network the model holds."""
-    out = []
+    out: list[dict[str, Any]] = []
     net = model.get("two_nodes") or model.get("one_node")
     if not net:
         return out
@@ -155,7 +167,7 @@ def _job_name(row):
     return row["strategy"]
 
 
-def render_markdown(reports, commands=()):
+def render_markdown(reports: list[dict[str, Any]], commands: Sequence[str] = ()) -> str:
     """docs/performance.md's "The step a user writes" tables from several jobs' JSON reports."""
     rows = [r for rep in reports for r in rep["rows"]]
     lines = []
@@ -193,9 +205,7 @@ def render_markdown(reports, commands=()):
                 if not mine:
                     continue
                 base = next(iter(mine.values()))
-                cells = [f"{_us(mine[v]['time_us'])} ({mine[v]['ratio']:.1f}x; "
-                         f"{mine[v]['ratio_to_fused']:.1f}x fused; "
-                         f"{mine[v]['ratio_to_update']:.0f}x)" if v in mine else "" for v in counts]
+                cells = [_apply_cell(mine[v]) if v in mine else "" for v in counts]
                 growth = (mine[counts[-1]]["time_us"] / mine[counts[0]]["time_us"]
                           if counts[-1] in mine and counts[0] in mine else float("nan"))
                 lines.append(f"| {label} | {kind} | {base['baseline']} "

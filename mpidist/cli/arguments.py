@@ -1,0 +1,178 @@
+"""The ``mpidist`` command's arguments: the parser of every subcommand but ``run`` (which
+parses its own, ``mpidist.launch.runner``), and the types that check option values.
+
+A value that does not parse is a usage error (exit status 2), printed once under a launcher
+(``CommandParser``) and before MPI starts.
+"""
+
+import argparse
+
+from mpidist.cli import bench
+from mpidist.cli.commands import cmd_bench_allreduce, cmd_bench_batch, cmd_bench_step, cmd_info
+from mpidist.cli.errors import CommandParser
+from mpidist.cli.timing import DEFAULTS, QUICK
+
+__all__ = ["build_parser"]
+
+
+def _sizes(text):
+    try:
+        return bench.parse_sizes(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _ops(text):
+    ops = [o.strip().lower() for o in text.split(",") if o.strip()]
+    bad = [o for o in ops if o not in bench.OPS]
+    if not ops or bad:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: ops are a comma-separated list of {', '.join(bench.OPS)}")
+    return list(dict.fromkeys(ops))
+
+
+def _positive(kind, what):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be a positive {what}")
+        return value
+    return parse
+
+
+def _non_negative_int(text):
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
+    return int(text)
+
+
+def _paths(text):
+    from mpidist.cli.bench_step import PATHS  # noqa: PLC0415
+
+    paths = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in paths if p not in PATHS]
+    if not paths or bad:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: paths are a comma-separated list of {', '.join(PATHS)}")
+    return list(dict.fromkeys(paths))
+
+
+def _timing_options(p):
+    g = p.add_argument_group("timing")
+    count = g.add_mutually_exclusive_group()
+    count.add_argument("--iters", type=_positive(int, "integer"), metavar="N",
+                       help="calls per timed sample (default: as many as last --min-time)")
+    count.add_argument("--min-time", type=_positive(float, "number of seconds"), metavar="S",
+                       help="seconds each timed sample lasts at least; the call count is "
+                            f"calibrated on raw MPI and agreed by all ranks "
+                            f"(default {DEFAULTS['min_time']})")
+    g.add_argument("--warmup", type=_non_negative_int, metavar="K",
+                   help="untimed calls of each implementation per case "
+                        f"(default {DEFAULTS['warmup']})")
+    g.add_argument("--rounds", type=_positive(int, "integer"), metavar="R",
+                   help="interleaved timed rounds; the median is reported "
+                        f"(default {DEFAULTS['rounds']})")
+    g.add_argument("--quick", action="store_true",
+                   help=f"a tiny run for smoke tests: {QUICK['rounds']} rounds, "
+                        f"{QUICK['warmup']} warm-up call, {QUICK['min_time'] * 1e3:g} ms samples "
+                        f"(allreduce: sizes {QUICK['sizes']})")
+    out = p.add_argument_group("output (rank 0)")
+    fmt = out.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true",
+                     help="one JSON object: job facts, settings, rows")
+    fmt.add_argument("--csv", action="store_true", help="CSV rows with a header line")
+    out.add_argument("--plot", metavar="OUT.png",
+                     help="also write a figure (needs matplotlib: pip install 'mpidist[plot]')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``mpidist``; each subcommand's ``func`` default is its ``cmd_*``."""
+    from mpidist import __version__  # noqa: PLC0415
+
+    parser = CommandParser(prog="mpidist", description="mpidist's command line: look at a job, "
+                           "benchmark its collectives. Run alone or under mpiexec / srun.")
+    parser.add_argument("--version", action="version", version=f"mpidist {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="{info,bench,run}",
+                                     parser_class=CommandParser)
+    commands.required = True
+    # `run` parses its own arguments (mpidist.launch.runner): listed here for --help only.
+    commands.add_parser("run", add_help=False,
+                        help="start a program on N ranks, each guarded: a rank that dies is "
+                             "reported (rank, host, signal, last collective)")
+
+    info = commands.add_parser(
+        "info", help="the job as mpidist sees it, and launch problems",
+        description="Print the job as mpidist sees it (ranks, nodes, devices, libraries) and "
+                    "the problems it detects. Exit status 1 if a problem is an error.")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.set_defaults(func=cmd_info)
+
+    benchmarks = commands.add_parser("bench", help="all-reduce benchmarks beside raw mpi4py",
+                                     description="Benchmarks of mpidist's collectives beside "
+                                                 "raw mpi4py in the same job.")
+    kinds = benchmarks.add_subparsers(dest="benchmark", metavar="{allreduce,batch,step}",
+                                      parser_class=CommandParser)
+    kinds.required = True
+
+    allreduce = kinds.add_parser(
+        "allreduce", help="size sweep of one all-reduce (nccl-tests style)",
+        description="Size sweep of mpidist's Communicator.all_reduce against raw mpi4py "
+                    "comm.Allreduce: time, algbw, busbw per size and op, and the time ratio.")
+    allreduce.add_argument("--sizes", type=_sizes, metavar="SPEC",
+                           help="MIN:MAX (powers of 2), MIN:MAX:FACTOR, or a list 8,4K,1M; binary "
+                                f"units (default {DEFAULTS['sizes']})")
+    allreduce.add_argument("--ops", type=_ops, default=["sum"], metavar="OPS",
+                           help=f"comma-separated reduce ops of {','.join(bench.OPS)} "
+                                "(default sum)")
+    allreduce.add_argument("--dtype", choices=bench.DTYPES, default="float32",
+                           help="element type (default float32)")
+    _timing_options(allreduce)
+    allreduce.set_defaults(func=cmd_bench_allreduce)
+
+    batch = kinds.add_parser(
+        "batch", help="many small tensors in one call",
+        description="Many small tensors: MultiWorkerMirroredStrategy.extended.batch_reduce_to "
+                    "against one raw Allreduce per tensor, concatenate + Allreduce + split, and "
+                    "one Allreduce of a pre-packed buffer.")
+    batch.add_argument("--tensors", type=_positive(int, "integer"), default=100, metavar="T",
+                       help="tensors per call (default 100)")
+    batch.add_argument("--tensor-size", type=_positive(int, "integer"), default=1000, metavar="E",
+                       help="elements per tensor (default 1000)")
+    batch.add_argument("--dtype", choices=bench.DTYPES, default="float32",
+                       help="element type (default float32)")
+    _timing_options(batch)
+    batch.set_defaults(func=cmd_bench_batch)
+    _add_step_parser(kinds)
+    return parser
+
+
+def _add_step_parser(kinds):
+    step = kinds.add_parser(
+        "step", help="the step a user writes (run + all_reduce, apply_gradients, fit)",
+        description="The paths a training step takes, each beside its raw baseline in the same "
+                    "job: strategy.run + ReplicaContext.all_reduce vs comm.Allreduce; "
+                    "apply_gradients with 10/100/1000 variables vs one packed Allreduce + a "
+                    "fused NumPy update; an mpidist.fit step with its communication share.")
+    step.add_argument("--paths", type=_paths, metavar="PATHS",
+                      default=["allreduce", "apply_gradients", "fit"],
+                      help="comma-separated subset of allreduce,apply_gradients,fit (default all)")
+    g = step.add_argument_group("timing")
+    g.add_argument("--min-time", type=_positive(float, "number of seconds"), metavar="S",
+                   help=f"seconds each timed sample lasts at least (default {DEFAULTS['min_time']})")
+    g.add_argument("--warmup", type=_non_negative_int, metavar="K",
+                   help=f"untimed calls of each case (default {DEFAULTS['warmup']})")
+    g.add_argument("--rounds", type=_positive(int, "integer"), metavar="R",
+                   help=f"interleaved timed rounds; the median is reported "
+                        f"(default {DEFAULTS['rounds']})")
+    g.add_argument("--quick", action="store_true",
+                   help="a small sweep for smoke tests: all-reduce at 4K and 256K, 10 and 100 "
+                        f"variables, 4 fit steps, {QUICK['rounds']} rounds of "
+                        f"{QUICK['min_time'] * 1e3:g} ms")
+    fmt = step.add_argument_group("output (rank 0)").add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="one JSON object: job facts, rows")
+    fmt.add_argument("--markdown", action="store_true",
+                     help="docs/performance.md's tables (and cost model) for this job")
+    step.set_defaults(func=cmd_bench_step, iters=None)

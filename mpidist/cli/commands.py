@@ -1,0 +1,174 @@
+"""What each subcommand does with its parsed arguments: run on every rank, print on rank 0.
+
+Each ``cmd_*`` returns the exit status. The modules that do the work (``info``, ``bench``,
+``bench_step``, ``plot``) know nothing of argparse or of the output format chosen.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+from mpidist.cli import bench, timing
+from mpidist.cli.errors import CommandError, CommandParser, print_error, rank_before_mpi
+
+__all__ = ["cmd_info", "cmd_bench_allreduce", "cmd_bench_batch", "cmd_bench_step"]
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """``mpidist info``: 1 when a problem of the job is an error."""
+    from mpidist.cli import info  # noqa: PLC0415
+
+    report = info.collect()
+    if report is None:
+        return 0
+    if args.json:
+        print(json.dumps(report, indent=2, default=str), flush=True)
+    else:
+        print(info.render_report(report), flush=True)
+    return 1 if any(p["severity"] == "error" for p in report["problems"]) else 0
+
+
+def _prepare_plot(args):
+    """Fail before any timing when ``--plot`` cannot be honoured."""
+    if not args.plot:
+        return
+    from mpidist.cli.plot import require_matplotlib  # noqa: PLC0415
+
+    try:
+        require_matplotlib()
+    except ImportError as err:
+        raise CommandError(str(err), report=rank_before_mpi() == 0) from None
+
+
+def _run_bench(args, run, emit_table):
+    """Shared shape of the bench commands: check, run on every rank, print on rank 0."""
+    _prepare_plot(args)
+    settings = timing.settings_from(args)
+    timer = timing.make_timer(settings)
+    try:
+        job, rows = run(timer, settings)
+    except bench.CheckFailed as err:
+        rank = timer.control.Get_rank()
+        if err.detail:
+            print_error(f"wrong results on this rank: {err.detail}")
+        raise CommandError(str(err), report=rank == 0) from None
+    finally:
+        timer.control.Free()
+    from mpidist.comm.mpi import mpi_module  # noqa: PLC0415
+
+    if mpi_module().COMM_WORLD.Get_rank() != 0:
+        return 0
+    plotted = None
+    if args.plot:
+        from mpidist.cli import plot as plots  # noqa: PLC0415
+
+        plot = plots.plot_allreduce if args.benchmark == "allreduce" else plots.plot_batch
+        plot(job, rows, args.plot)
+        plotted = os.path.abspath(args.plot)
+    if args.json:
+        settings_out = dict(settings, **{k: v for k, v in vars(args).items()
+                                         if k in ("ops", "dtype", "tensors", "tensor_size")})
+        if args.benchmark == "allreduce":
+            settings_out["sizes"] = sorted({r["size_bytes"] for r in rows})
+        print(json.dumps({"benchmark": args.benchmark, "job": job, "settings": settings_out,
+                          "rows": rows, "plot": plotted}, indent=2), flush=True)
+    elif args.csv:
+        batch = args.benchmark == "batch"
+        extra = ("tensors", "tensor_size", "time_per_tensor_us") if batch else ()
+        sys.stdout.write(bench.to_csv(rows, extra))
+        sys.stdout.flush()
+    else:
+        emit_table(job, rows, settings)
+        if plotted:
+            print(f"# plot: {plotted}", flush=True)
+    return 0
+
+
+def cmd_bench_allreduce(args: argparse.Namespace) -> int:
+    """``mpidist bench allreduce``: the size sweep, its table printed row by row as it runs."""
+    sizes = args.sizes or bench.parse_sizes(
+        timing.QUICK["sizes"] if args.quick else timing.DEFAULTS["sizes"])
+    itemsize = {"float32": 4, "float64": 8, "int32": 4, "int64": 8}[args.dtype]
+    bad = [s for s in sizes if s % itemsize]
+    if bad:
+        CommandParser(prog="mpidist bench allreduce").error(
+            f"argument --sizes: {', '.join(map(str, bad))} byte(s) is not a whole number of "
+            f"{args.dtype} elements ({itemsize} bytes each)")
+    table = not (args.json or args.csv)
+    printed = {"header": False}
+    bar = {"tqdm": None}
+
+    def on_row(job, raw, ours, settings):
+        if raw is None:
+            return
+        if bar["tqdm"] is not None:
+            bar["tqdm"].update(1)
+        if not table:
+            return
+        if not printed["header"]:
+            print("\n".join(bench.allreduce_header(job, args.dtype, timing.describe(settings))),
+                  flush=True)
+            printed["header"] = True
+        print(bench.allreduce_line(raw, ours), flush=True)
+
+    def run(timer, settings):
+        rank0 = timer.control.Get_rank() == 0
+        if rank0 and not table and sys.stderr.isatty():
+            # --json / --csv print at the end: show the sweep's progress on a terminal.
+            from tqdm import tqdm  # noqa: PLC0415
+
+            bar["tqdm"] = tqdm(total=len(sizes) * len(args.ops), desc="allreduce sweep",
+                               unit="case", leave=False)
+        try:
+            return bench.run_allreduce(
+                sizes, args.ops, args.dtype, timer,
+                on_row=(lambda job, raw, ours: on_row(job, raw, ours, settings)) if rank0 else None)
+        finally:
+            if bar["tqdm"] is not None:
+                bar["tqdm"].close()
+
+    def emit(job, rows, settings):
+        print("\n".join(bench.allreduce_summary(rows)), flush=True)
+
+    return _run_bench(args, run, emit)
+
+
+def cmd_bench_batch(args: argparse.Namespace) -> int:
+    """``mpidist bench batch``: many small tensors in one call."""
+    def run(timer, settings):
+        return bench.run_batch(args.tensors, args.tensor_size, args.dtype, timer)
+
+    def emit(job, rows, settings):
+        print("\n".join(bench.batch_table(job, rows, timing.describe(settings))), flush=True)
+
+    return _run_bench(args, run, emit)
+
+
+def cmd_bench_step(args: argparse.Namespace) -> int:
+    """``mpidist bench step``: the paths a training step takes, beside their baselines."""
+    from mpidist.cli import bench_step, bench_step_report  # noqa: PLC0415
+
+    settings = timing.settings_from(args)
+    timer = timing.make_timer(settings)
+    try:
+        job, rows = bench_step.run_step_sweep(timer, quick=args.quick, paths=args.paths)
+    except bench.CheckFailed as err:
+        if err.detail:
+            print_error(f"wrong results on this rank: {err.detail}")
+        raise CommandError(str(err), report=timer.control.Get_rank() == 0) from None
+    finally:
+        rank = timer.control.Get_rank()
+        timer.control.Free()
+    if rank != 0:
+        return 0
+    if args.json:
+        print(json.dumps({"benchmark": "step", "job": job, "settings": dict(
+            settings, quick=args.quick, paths=args.paths), "rows": rows}, indent=2), flush=True)
+    elif args.markdown:
+        print(bench_step_report.render_markdown([{"job": job, "rows": rows}]), flush=True)
+    else:
+        print("\n".join(bench_step_report.step_table(job, rows, timing.describe(settings))),
+              flush=True)
+    return 0
+

@@ -1,0 +1,126 @@
+"""Deadlines of collectives: the Waiter that completes a collective's MPI calls, and the
+Watchdog thread that ends the job when a blocking call outlives its deadline.
+
+Both report through the collective guard that made them (``collective_guard``): it knows the
+collective's number and which ranks never arrived.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from mpidist.comm.mpi import abort_job
+from mpidist.logs import get_logger
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from mpidist.comm.collective_call import CollectiveCall
+    from mpidist.comm.collective_guard import CollectiveGuard
+
+__all__ = ["Waiter", "Watchdog"]
+
+log = get_logger("mpidist.comm")
+
+
+class Waiter:
+    """Completes the MPI calls of one collective, against its deadline.
+
+    ``wait(request, what)`` polls a non-blocking request; past the deadline it raises
+    DeadlineExceededError naming the missing ranks, and without a deadline it logs them once
+    the wait has stalled for ``MPIDIST_STALL_SECONDS``. ``blocking(...)`` runs the blocking
+    form once every rank has agreed to be in this collective (the MPI library's blocking
+    algorithms are faster than its non-blocking ones for large buffers); a watchdog thread
+    then ends the job if the call outlives the deadline, since a blocking call cannot be
+    interrupted.
+
+    Args:
+        guard: The collective guard of the communicator.
+        call: The collective whose calls this completes.
+        timeout: Seconds, or None for no deadline.
+
+    Attributes:
+        agreed: Set by the guard once every rank has agreed on the call.
+    """
+
+    __slots__ = ("_guard", "_call", "_timeout", "agreed")
+
+    def __init__(self, guard: CollectiveGuard, call: CollectiveCall, timeout: float | None
+                 ) -> None:
+        self._guard = guard
+        self._call = call
+        self._timeout = timeout
+        self.agreed = False
+
+    def __call__(self, request: MPI.Request, what: str) -> None:
+        if request.Test():
+            return
+        guard, timeout = self._guard, self._timeout
+        start = time.monotonic()
+        stall = guard.stall_seconds
+        warn_at = None if stall is None or timeout is not None else start + stall
+        spins = 0
+        while not request.Test():
+            spins += 1
+            if spins & 63:
+                continue
+            now = time.monotonic()
+            if timeout is not None and now - start >= timeout:
+                guard.timed_out(self._call, what, timeout)
+            if warn_at is not None and now >= warn_at:
+                log.warning("%s", guard.stall_report(self._call, what, now - start))
+                warn_at = None
+            # More ranks than cores: give the core to the peer we wait for (a rank that spins
+            # through its time slice made every 4-rank collective on 2 cores cost ~1 ms).
+            os.sched_yield()
+
+    def blocking(self, call_blocking: Callable[[], Any],
+                 start_nonblocking: Callable[[], MPI.Request], what: str) -> None:
+        """Run ``call_blocking`` once the ranks have agreed, else wait for the request that
+        ``start_nonblocking`` returns."""
+        if not self.agreed:
+            self(start_nonblocking(), what)
+            return
+        if self._timeout is None:
+            call_blocking()
+            return
+        watchdog = self._guard.watchdog()
+        watchdog.watch(time.monotonic() + self._timeout, self._call, what, self._timeout)
+        try:
+            call_blocking()
+        finally:
+            watchdog.clear()
+
+
+class Watchdog(threading.Thread):
+    """Ends the job when a blocking collective outlives its deadline (checked every 50 ms)."""
+
+    def __init__(self, guard: CollectiveGuard) -> None:
+        super().__init__(name="mpidist-collective-watchdog", daemon=True)
+        self._guard = guard
+        self._watched: tuple[float, CollectiveCall, str, float] | None = None
+
+    def watch(self, deadline: float, call: CollectiveCall, what: str, timeout: float) -> None:
+        """Watch ``call`` (its step ``what``) until ``clear``: past ``deadline``
+        (``time.monotonic()``), end the job."""
+        self._watched = (deadline, call, what, timeout)
+
+    def clear(self) -> None:
+        self._watched = None
+
+    def run(self) -> None:
+        while True:
+            time.sleep(0.05)
+            watched = self._watched
+            if watched is not None and time.monotonic() >= watched[0]:
+                _, call, what, timeout = watched
+                guard = self._guard
+                abort_job(
+                    f"DeadlineExceededError: Collective has timed out during execution: "
+                    f"collective #{guard.seq} {call.describe()} ({what}) did not complete within "
+                    f"{timeout:g} s on rank {guard.rank}, after every rank had entered it. "
+                    f"{guard.missing_report(call, grace=0.5, other_thread=True)} Ending the job.")

@@ -1,0 +1,231 @@
+"""Gradients of a loss written in array code, from autograd (NumPy) or JAX.
+
+TensorFlow's guide computes a step's gradients with a ``GradientTape``. Its NumPy counterpart
+here is functional, as in autograd and JAX: the loss function takes the variables' values as
+its first argument and returns a scalar.
+
+    def loss_fn(params, x, y):
+        w, b = params
+        per_example = cross_entropy(x @ w + b, y)   # written with autograd.numpy / jax.numpy
+        return mpidist.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
+
+    loss, grads = mpidist.autodiff.value_and_grad(loss_fn, model.trainable_variables, x, y)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+Backends (optional extras): ``autograd`` differentiates NumPy code on CPU replicas; ``jax``
+runs on CPU, and on GPU replicas takes CuPy arrays through DLPack (no copy) and hands its
+gradients back the same way. ``backend=None`` picks autograd for host arrays and JAX for
+device arrays. A trace replaces ``GradientTape`` because both libraries differentiate a
+function, not a block of statements.
+"""
+
+import numbers
+import sys
+
+import numpy as np
+
+from mpidist.backend import array_module
+from mpidist.backend.traced import traced_kind
+from mpidist.core.messages import short_repr
+from mpidist.strategies.context import get_strategy
+from mpidist.values.variables import Variable
+
+__all__ = ["value_and_grad", "BACKENDS"]
+
+BACKENDS = ("autograd", "jax")
+_EXTRA = {"autograd": "autograd", "jax": "jax"}
+
+
+def value_and_grad(fn, variables, *args, backend=None, has_aux=False, **kwargs):
+    """``(loss, gradients)`` of ``fn(params, *args, **kwargs)`` with respect to ``variables``.
+
+    Args:
+        fn: The loss function. Its first argument receives the variables' current values, in
+            the structure ``variables`` has (a list for a list, one array for one variable),
+            traced by the backend; it must return a real scalar (with ``has_aux``, a pair
+            ``(scalar, aux)``). Write it with the backend's array functions
+            (``autograd.numpy`` / ``jax.numpy``); ``mpidist.nn.compute_average_loss`` and
+            ``scale_regularization_loss`` accept traced values.
+        variables: A Variable, or a list / tuple of them (``model.trainable_variables``). In
+            ``strategy.run`` each replica differentiates its own copy.
+        *args, **kwargs: Passed to ``fn`` after the parameters (the batch, ...).
+        backend: ``"autograd"``, ``"jax"``, or None for autograd on host arrays and JAX on
+            GPU arrays.
+        has_aux: ``fn`` returns ``(loss, aux)``; ``aux`` (any nest of arrays) comes back with
+            the loss as plain arrays: ``((loss, aux), gradients)``.
+
+    Returns:
+        ``(loss, gradients)``: the loss as a 0-d array of the variables' kind (NumPy or CuPy)
+        and one gradient per variable, in the order and structure of ``variables``, each an
+        array of that variable's shape, dtype and kind, ready for ``apply_gradients``.
+
+    Raises:
+        TypeError: ``variables`` holds something that is not a Variable, or ``fn`` is not
+            callable.
+        ValueError: a variable belongs to another strategy, the loss is not a real scalar,
+            or JAX would compute float64 variables in float32.
+        ImportError: the backend is not installed (it names the extra to install).
+    """
+    if not callable(fn):
+        raise TypeError(f"value_and_grad: fn must be callable (the loss function), got "
+                        f"{short_repr(fn)}.")
+    single = isinstance(variables, Variable)
+    variable_list = [variables] if single else _variable_list(variables)
+    _check_strategy(variable_list)
+    params = [v.current_array() for v in variable_list]
+    name = _backend_for(backend, params)
+    if single:
+        structured = params[0]
+    else:
+        structured = tuple(params) if isinstance(variables, tuple) else params
+
+    def loss_of(p):
+        out = fn(p, *args, **kwargs)
+        if has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise ValueError(
+                    f"value_and_grad(has_aux=True): the loss function must return (loss, aux), "
+                    f"got {short_repr(out)}.")
+            return out
+        return out, None
+
+    differentiate = _with_autograd if name == "autograd" else _with_jax
+    loss, aux, grads = differentiate(loss_of, structured, single, params)
+    grads = [_like(g, v) for g, v in zip(grads, params)]
+    out_grads = grads[0] if single else (tuple(grads) if isinstance(variables, tuple) else grads)
+    return ((loss, aux), out_grads) if has_aux else (loss, out_grads)
+
+
+# -- arguments -------------------------------------------------------------------------------
+def _variable_list(variables):
+    if not isinstance(variables, (list, tuple)):
+        raise TypeError(
+            "value_and_grad: variables must be a Variable or a list / tuple of them (e.g. "
+            f"model.trainable_variables), got {short_repr(variables)}.")
+    if not variables:
+        raise ValueError("value_and_grad: variables is empty; pass the variables to "
+                         "differentiate with respect to (e.g. model.trainable_variables).")
+    for i, v in enumerate(variables):
+        if not isinstance(v, Variable):
+            raise TypeError(
+                f"value_and_grad: variables[{i}] is {short_repr(v)}, not an mpidist.Variable; "
+                "create the model's parameters as mpidist.Variable inside strategy.scope().")
+    return list(variables)
+
+
+def _check_strategy(variables):
+    current = get_strategy()
+    for v in variables:
+        owner = v.distribute_strategy
+        if owner is not None and owner is not current:
+            raise ValueError(
+                f"value_and_grad: variable {v.name!r} belongs to {owner} but this step runs "
+                f"under {current}; differentiate a model created inside the scope of the "
+                "strategy that runs the step.")
+
+
+def _backend_for(backend, params):
+    on_gpu = any(array_module(p) is not np for p in params)
+    if backend is None:
+        backend = "jax" if on_gpu else "autograd"
+    if backend not in BACKENDS:
+        raise ValueError(f"value_and_grad: backend must be one of {BACKENDS} or None, got "
+                         f"{backend!r}.")
+    if backend == "autograd" and on_gpu:
+        raise ValueError(
+            "value_and_grad: autograd differentiates NumPy arrays only, and these variables "
+            "live on a GPU; use backend='jax' (pip install 'mpidist[jax]' plus a CUDA build "
+            "of jaxlib).")
+    _require(backend)
+    return backend
+
+
+def _require(backend):
+    try:
+        __import__(backend)
+    except ImportError as err:
+        raise ImportError(
+            f"value_and_grad(backend={backend!r}) needs the {backend} package, which is not "
+            f"installed: pip install 'mpidist[{_EXTRA[backend]}]'.") from err
+
+
+def _check_scalar(loss, kind):
+    shape = getattr(loss, "shape", None)
+    real = isinstance(loss, numbers.Real) or (
+        shape is not None and getattr(loss, "dtype", None) is not None
+        and np.dtype(loss.dtype).kind in "fiu")
+    if not real or (shape is not None and tuple(shape) != ()) and int(np.prod(shape)) != 1:
+        what = f"shape {tuple(shape)}" if shape is not None else type(loss).__name__
+        raise ValueError(
+            f"value_and_grad: the loss function must return a real scalar, got a value of "
+            f"{what} ({kind}); reduce it first, e.g. with "
+            "mpidist.nn.compute_average_loss(per_example_loss, global_batch_size=...).")
+
+
+def _like(grad, param):
+    """``grad`` as an array of ``param``'s kind and dtype (a backend may widen the dtype, or
+    give a 0-d gradient as a scalar)."""
+    if array_module(param) is np:
+        return np.asarray(grad, dtype=param.dtype)
+    return grad if grad.dtype == param.dtype else grad.astype(param.dtype)
+
+
+# -- autograd ----------------------------------------------------------------------------------
+def _with_autograd(loss_of, structured, single, params):
+    import autograd  # noqa: PLC0415 - an optional extra
+    from autograd.tracer import getval  # noqa: PLC0415
+
+    holder = {}
+
+    def scalar(p):
+        loss, aux = loss_of(p)
+        _check_scalar(getval(loss), "autograd")
+        holder["aux"] = aux
+        return loss
+
+    vjp, loss = autograd.make_vjp(scalar)(structured)
+    grads = vjp(np.ones_like(getval(loss)))
+    grads = [grads] if single else list(grads)
+    aux = _map_leaves(getval, holder.get("aux"))
+    loss = np.asarray(getval(loss)).reshape(())
+    return loss, aux, grads
+
+
+# -- JAX ----------------------------------------------------------------------------------------
+def _with_jax(loss_of, structured, single, params):
+    import jax  # noqa: PLC0415 - an optional extra
+
+    on_gpu = array_module(params[0]) is not np
+    if any(np.dtype(p.dtype) == np.float64 for p in params) \
+            and not jax.config.read("jax_enable_x64"):
+        raise ValueError(
+            "value_and_grad(backend='jax'): these variables are float64 but JAX computes in "
+            "float32 unless 64-bit mode is on; call jax.config.update('jax_enable_x64', True) "
+            "at the start of the program, or create the variables as float32.")
+    to_jax = jax.dlpack.from_dlpack if on_gpu else jax.numpy.asarray
+    inputs = jax.tree_util.tree_map(to_jax, structured)
+
+    def scalar(p):
+        loss, aux = loss_of(p)
+        _check_scalar(loss, "jax")
+        return loss, aux
+
+    (loss, aux), grads = jax.value_and_grad(scalar, has_aux=True)(inputs)
+    back = _from_jax_gpu if on_gpu else np.asarray
+    grads = [grads] if single else list(grads)
+    return back(loss).reshape(()), jax.tree_util.tree_map(back, aux), [back(g) for g in grads]
+
+
+def _from_jax_gpu(x):
+    cupy = sys.modules.get("cupy")
+    return cupy.from_dlpack(x)
+
+
+def _map_leaves(fn, tree):
+    if isinstance(tree, (list, tuple)):
+        mapped = [_map_leaves(fn, t) for t in tree]
+        return mapped if isinstance(tree, list) else type(tree)(mapped) \
+            if not hasattr(tree, "_fields") else type(tree)(*mapped)
+    if isinstance(tree, dict):
+        return {k: _map_leaves(fn, v) for k, v in tree.items()}
+    return fn(tree) if traced_kind(tree) is not None else tree
