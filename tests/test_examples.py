@@ -195,3 +195,86 @@ def test_training_step_benchmark_under_multi_worker():
     code, out = launch(2, [str(ROOT / "benchmarks" / "training_step.py"), "--quick"], 240)
     assert code == 0, f"exit {code} (None = hang):\n{out}"
     assert "MWMS 2x1" in out
+
+
+# -- examples/custom_training_autograd.py and conv_jax.py: gradients from autodiff backends ------
+# example: (the extra it needs, epochs, test accuracy it must pass, weight tolerance against
+# OneDevice, how far the test accuracy may move). The float64 autograd MLP agrees to 1e-15;
+# the float32 JAX network to about 2e-7 after 3 epochs, and a prediction on the edge could flip.
+AUTODIFF_EXAMPLES = {
+    "custom_training_autograd": ("autograd", 3, 0.93, {"rtol": 1e-9, "atol": 1e-12}, 0.0),
+    "conv_jax": ("jax", 3, 0.93, {"rtol": 1e-4, "atol": 1e-5}, 1.5 / 297),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(AUTODIFF_EXAMPLES))
+def autodiff_example(request):
+    """``(name, module, OneDevice accuracy, OneDevice weights)`` of each example, trained once."""
+    import importlib  # noqa: PLC0415
+
+    name = request.param
+    extra, epochs = AUTODIFF_EXAMPLES[name][:2]
+    pytest.importorskip(extra, reason=f"examples/{name}.py needs the {extra} extra "
+                                      f"(pip install 'mpidist[{extra}]')")
+    module = importlib.import_module(name)  # examples/ is on sys.path (top of this file)
+    accuracy, weights, _ = module.run("one-device", 1, epochs)
+    return name, module, accuracy, weights
+
+
+def _same_training(name, accuracy, weights, ref_accuracy, ref_weights):
+    _, _, _, tolerance, accuracy_slack = AUTODIFF_EXAMPLES[name]
+    assert abs(accuracy - ref_accuracy) <= accuracy_slack, (accuracy, ref_accuracy)
+    assert len(weights) == len(ref_weights)
+    for got, want in zip(weights, ref_weights):
+        np.testing.assert_allclose(np.asarray(got), want, **tolerance)
+
+
+def test_autodiff_example_learns_the_digits(autodiff_example):
+    name, _, accuracy, _ = autodiff_example
+    assert accuracy > AUTODIFF_EXAMPLES[name][2]
+
+
+def test_autodiff_example_same_weights_under_mirrored(autodiff_example):
+    name, module, ref_accuracy, ref_weights = autodiff_example
+    accuracy, weights, strategy = module.run("mirrored", 2, AUTODIFF_EXAMPLES[name][1])
+    assert strategy.num_replicas_in_sync == 2
+    _same_training(name, accuracy, weights, ref_accuracy, ref_weights)
+
+
+def test_autodiff_example_same_weights_under_multi_worker_mirrored(autodiff_example):
+    from mpi_launch import launch
+
+    name, _, ref_accuracy, ref_weights = autodiff_example
+    argv = [str(ROOT / "examples" / f"{name}.py"), "--strategy", "multi-worker", "--replicas",
+            "1", "--epochs", str(AUTODIFF_EXAMPLES[name][1]), "--json"]
+    code, out = launch(2, argv, 180)
+    assert code == 0, f"exit {code} (None = hang):\n{out}"
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, out  # the chief alone reports
+    result = json.loads(lines[0])
+    assert result["replicas"] == 2
+    _same_training(name, result["accuracy"], result["weights"], ref_accuracy, ref_weights)
+
+
+def test_custom_training_autograd_reports_and_checkpoints_every_epoch(tmp_path):
+    """The tutorial's per-epoch line, and a checkpoint per epoch that restores the final
+    weights into a fresh model under another strategy."""
+    pytest.importorskip("autograd", reason="examples/custom_training_autograd.py needs the "
+                                           "autograd extra (pip install 'mpidist[autograd]')")
+    import custom_training_autograd as example  # noqa: PLC0415
+    import mpidist  # noqa: PLC0415
+
+    lines = []
+    _, weights, _ = example.run("mirrored", 2, 2, checkpoint_dir=str(tmp_path),
+                                report=lines.append)
+    assert len(lines) == 2, lines
+    for epoch, line in enumerate(lines, 1):
+        assert re.fullmatch(rf"Epoch {epoch}, Loss: [\d.]+, Accuracy: [\d.]+, "
+                            r"Test Loss: [\d.]+, Test Accuracy: [\d.]+", line), line
+    latest = mpidist.train.latest_checkpoint(str(tmp_path))
+    assert latest is not None and latest.endswith("ckpt-2")
+    with mpidist.OneDeviceStrategy("/cpu:0").scope():
+        fresh = example.Classifier(seed=1)
+    mpidist.train.Checkpoint(model=fresh).restore(latest)
+    for got, want in zip(fresh.trainable_variables, weights):
+        np.testing.assert_array_equal(got.numpy(), want)

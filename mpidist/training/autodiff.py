@@ -25,12 +25,12 @@ import sys
 import numpy as np
 
 from mpidist.backend import array_module
-from mpidist.backend.traced import traced_kind
+from mpidist.backend.traced import namespace_of, traced_kind
 from mpidist.core.messages import short_repr
 from mpidist.strategies.context import get_strategy
 from mpidist.values.variables import Variable
 
-__all__ = ["value_and_grad", "BACKENDS"]
+__all__ = ["value_and_grad", "BACKENDS", "model_loss_and_gradients", "model_per_example_loss"]
 
 BACKENDS = ("autograd", "jax")
 _EXTRA = {"autograd": "autograd", "jax": "jax"}
@@ -119,8 +119,9 @@ def _check_strategy(variables):
         owner = v.distribute_strategy
         if owner is not None and owner is not current:
             raise ValueError(
-                f"value_and_grad: variable {v.name!r} belongs to {owner} but this step runs "
-                f"under {current}; differentiate a model created inside the scope of the "
+                f"value_and_grad: variable {v.name!r} belongs to {type(owner).__name__} at "
+                f"{id(owner):#x} but this step runs under {type(current).__name__} at "
+                f"{id(current):#x}; differentiate a model created inside the scope of the "
                 "strategy that runs the step.")
 
 
@@ -229,3 +230,50 @@ def _map_leaves(fn, tree):
     if isinstance(tree, dict):
         return {k: _map_leaves(fn, v) for k, v in tree.items()}
     return fn(tree) if traced_kind(tree) is not None else tree
+
+
+# -- models that define only their loss (fit / evaluate) ----------------------------------------
+def model_loss_and_gradients(model, x, y, backend=None):
+    """``loss_and_gradients(x, y)`` for a model that defines only ``loss(params, x, y)``:
+    ``(per_example_loss, gradients[, predictions])``, the gradients being those of the
+    per-example losses' sum, from ``backend`` (see ``value_and_grad``).
+
+    ``model.loss`` receives the trainable variables' values (traced) in their order and
+    returns the per-example losses, or ``(per_example_losses, predictions)``."""
+    variables = list(model.trainable_variables)
+
+    def total(params):
+        per_example, predictions = _split_loss_output(model.loss(params, x, y))
+        xp = namespace_of(per_example) or array_module(per_example)
+        return xp.sum(per_example), (per_example, predictions)
+
+    (_, (per_example, predictions)), grads = value_and_grad(total, variables, has_aux=True,
+                                                            backend=backend)
+    return (per_example, grads) if predictions is None else (per_example, grads, predictions)
+
+
+def model_per_example_loss(model, x, y, backend=None):
+    """``(per_example_losses, predictions or None)`` of a model that defines only
+    ``loss(params, x, y)``, computed on the variables' current values without tracing
+    (``evaluate``), as arrays of the variables' kind. ``backend`` as in ``value_and_grad``:
+    JAX gets its own arrays (from GPU variables through DLPack, without a copy)."""
+    params = [v.current_array() for v in model.trainable_variables]
+    name = _backend_for(backend, params)
+    on_gpu = array_module(params[0]) is not np
+    if name == "jax" and on_gpu:
+        import jax  # noqa: PLC0415 - an optional extra
+
+        params = [jax.dlpack.from_dlpack(p) for p in params]
+    per_example, predictions = _split_loss_output(model.loss(params, x, y))
+    back = _from_jax_gpu if on_gpu and name == "jax" else np.asarray
+    return back(per_example), None if predictions is None else back(predictions)
+
+
+def _split_loss_output(out):
+    per_example, predictions = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
+    if getattr(per_example, "ndim", 0) < 1:
+        raise ValueError(
+            f"model.loss(params, x, y) must return the per-example losses (one per example of "
+            f"the batch, shape (batch,)) or (per_example_losses, predictions); got "
+            f"{short_repr(per_example)}. fit sums them over the global batch itself.")
+    return per_example, predictions

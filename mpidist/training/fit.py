@@ -9,6 +9,12 @@ A model is any object with
 * optionally ``predict(x)`` (metrics and ``evaluate`` need predictions) and
   ``per_example_loss(x, y)`` (``evaluate``'s loss without gradients).
 
+Or, instead of ``loss_and_gradients``, only the forward pass and loss: ``loss(params, x, y)``
+returning the per-example losses (or ``(per_example_losses, predictions)``), where ``params``
+are the trainable variables' values in order; the gradients then come from an autodiff
+backend (``autodiff=``, see ``mpidist.autodiff``), and the function must be written with its
+array functions (``autograd.numpy`` / ``jax.numpy``).
+
 Each step sums, over every replica of every worker, the loss, the example count and the
 gradients in one fused all-reduce, and divides by the true global count. The update is
 therefore the gradient of the mean loss of the global batch, whatever the strategy, replica
@@ -25,6 +31,7 @@ from mpidist.data.distributed import DistributedDataset, epoch_iterator
 from mpidist.core import state
 from mpidist.core.user_calls import labelled, user_call
 from mpidist.strategies.context import get_replica_context, get_strategy
+from mpidist.training.autodiff import BACKENDS, model_loss_and_gradients, model_per_example_loss
 from mpidist.training.callbacks import BackupAndRestore, History
 from mpidist.training.optimizers import Optimizer
 from mpidist.types import ReduceOp
@@ -33,14 +40,29 @@ __all__ = ["fit", "evaluate"]
 
 
 def _check_model(model, need_gradients=True):
-    missing = [name for name in (("trainable_variables", "loss_and_gradients") if need_gradients
-                                 else ("trainable_variables",))
-               if not hasattr(model, name)]
+    missing = [] if hasattr(model, "trainable_variables") else ["trainable_variables"]
+    if need_gradients and not (hasattr(model, "loss_and_gradients") or hasattr(model, "loss")):
+        missing.append("loss_and_gradients")
     if missing:
         raise TypeError(
             f"The model ({type(model).__name__}) lacks {missing}: a model exposes "
-            "`trainable_variables` and `loss_and_gradients(x, y)` returning (per_example_loss, "
-            "gradients[, predictions]).")
+            "`trainable_variables` and either `loss_and_gradients(x, y)` returning "
+            "(per_example_loss, gradients[, predictions]) or `loss(params, x, y)` returning "
+            "the per-example losses, differentiated by an autodiff backend (docs/autodiff.md).")
+
+
+def _check_autodiff(autodiff, call):
+    if autodiff is not None and autodiff not in BACKENDS:
+        raise ValueError(f"{call}: autodiff must be one of {BACKENDS} or None (autograd for "
+                         f"host arrays, JAX for GPU arrays), got {autodiff!r}.")
+
+
+def _model_outputs(model, x, y, autodiff):
+    """``(per_example_loss, gradients[, predictions])`` of one replica's batch: the model's
+    own backward pass where it has one, else its ``loss`` differentiated by ``autodiff``."""
+    if hasattr(model, "loss_and_gradients"):
+        return model.loss_and_gradients(x, y)
+    return model_loss_and_gradients(model, x, y, backend=autodiff)
 
 
 def _describe_strategy(strategy):
@@ -166,8 +188,9 @@ class _Progress:
 
 
 class _FitLoop:
-    def __init__(self, model, optimizer, strategy, metrics):
+    def __init__(self, model, optimizer, strategy, metrics, autodiff=None):
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
+        self.autodiff = autodiff
         self.metrics = list(metrics)
         self.epoch = 0
         self.global_step = 0
@@ -184,7 +207,7 @@ class _FitLoop:
 
     # -- one replica's step ---------------------------------------------------------------------
     def _replica_step(self, x, y):
-        outputs = self.model.loss_and_gradients(x, y)
+        outputs = _model_outputs(self.model, x, y, self.autodiff)
         per_example, grads = outputs[0], list(outputs[1])
         variables = list(self.model.trainable_variables)
         if len(grads) != len(variables):
@@ -248,7 +271,7 @@ class _FitLoop:
 
 @labelled("fit")
 def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callbacks=(),
-        steps_per_epoch=None, initial_epoch=0, verbose="auto"):
+        steps_per_epoch=None, initial_epoch=0, verbose="auto", autodiff=None):
     """Train ``model`` on ``dataset`` for ``epochs`` epochs; returns a History.
 
     Args:
@@ -266,10 +289,14 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
         steps_per_epoch: stop each epoch after this many steps (default: the whole dataset).
         verbose: "auto" / 1 (a progress bar on the chief when stderr is a terminal, else a line
             per epoch), 2 (a line per epoch on the chief), 0 (silent).
+        autodiff: for a model with ``loss(params, x, y)`` and no ``loss_and_gradients``: the
+            backend that differentiates it, ``"autograd"`` or ``"jax"`` (None: autograd for
+            host arrays, JAX for GPU arrays).
 
     Collective under MultiWorkerMirroredStrategy: every rank calls it with the same arguments.
     """
     _check_model(model)
+    _check_autodiff(autodiff, "fit")
     if not isinstance(optimizer, Optimizer):
         raise TypeError(
             f"fit: optimizer must be an mpidist.optimizers optimizer (e.g. "
@@ -279,7 +306,7 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
     if mode.replica_context is not None and not mode.is_default:
         raise RuntimeError("fit() must be called outside strategy.run (in cross-replica context).")
     data = _distributed(strategy, dataset)
-    loop = _FitLoop(model, optimizer, strategy, metrics)
+    loop = _FitLoop(model, optimizer, strategy, metrics, autodiff)
     history = History()
     callbacks = list(callbacks) + [history]
     steps = steps_per_epoch if steps_per_epoch is not None else _known_steps(data)
@@ -304,15 +331,17 @@ def _known_steps(data):
 
 
 @labelled("evaluate")
-def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0):
+def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0, autodiff=None):
     """The mean per-example loss over ``dataset`` and each metric's result, as a dict.
 
-    ``per_example_loss(x, y)`` gives the loss when the model has it; otherwise the loss from
-    ``loss_and_gradients`` is used (its gradients are discarded). The strategy is that of the
-    model's variables unless given (as in ``fit``). Collective under
+    ``per_example_loss(x, y)`` gives the loss when the model has it; otherwise
+    ``loss(params, x, y)`` on the variables' values (computed with ``autodiff``'s arrays, as
+    in ``fit``), or the loss from ``loss_and_gradients`` (its gradients are discarded). The
+    strategy is that of the model's variables unless given (as in ``fit``). Collective under
     MultiWorkerMirroredStrategy: every rank calls it with the same arguments.
     """
     _check_model(model, need_gradients=False)
+    _check_autodiff(autodiff, "evaluate")
     strategy = _resolve_strategy(strategy, model, None, "evaluate")
     data = _distributed(strategy, dataset)
     metrics = list(metrics)
@@ -320,6 +349,9 @@ def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0):
     def replica_step(x, y):
         if hasattr(model, "per_example_loss"):
             per_example, outputs = model.per_example_loss(x, y), ()
+        elif not hasattr(model, "loss_and_gradients") and hasattr(model, "loss"):
+            per_example, predictions = model_per_example_loss(model, x, y, autodiff)
+            outputs = () if predictions is None else (per_example, None, predictions)
         else:
             outputs = model.loss_and_gradients(x, y)
             per_example = outputs[0]
