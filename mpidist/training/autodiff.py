@@ -36,7 +36,7 @@ BACKENDS = ("autograd", "jax")
 _EXTRA = {"autograd": "autograd", "jax": "jax"}
 
 
-def value_and_grad(fn, variables, *args, backend=None, has_aux=False, **kwargs):
+def value_and_grad(fn, variables, *args, backend=None, has_aux=False, jit=False, **kwargs):
     """``(loss, gradients)`` of ``fn(params, *args, **kwargs)`` with respect to ``variables``.
 
     Args:
@@ -53,6 +53,12 @@ def value_and_grad(fn, variables, *args, backend=None, has_aux=False, **kwargs):
             GPU arrays.
         has_aux: ``fn`` returns ``(loss, aux)``; ``aux`` (any nest of arrays) comes back with
             the loss as plain arrays: ``((loss, aux), gradients)``.
+        jit: JAX only (``backend=None`` then means JAX): compile the loss and its gradient
+            together with ``jax.jit``, once per ``fn`` and argument shapes, and reuse the
+            compiled code on later calls. As with ``jax.jit``, ``fn`` must be pure: Python side
+            effects in it (a metric's update, a print) run only while it is compiled, and
+            ``*args`` are its traced inputs (pass no ``**kwargs``; bind settings with
+            ``functools.partial``).
 
     Returns:
         ``(loss, gradients)``: the loss as a 0-d array of the variables' kind (NumPy or CuPy)
@@ -73,6 +79,16 @@ def value_and_grad(fn, variables, *args, backend=None, has_aux=False, **kwargs):
     variable_list = [variables] if single else _variable_list(variables)
     _check_strategy(variable_list)
     params = [v.current_array() for v in variable_list]
+    if jit:
+        if backend not in (None, "jax"):
+            raise ValueError(f"value_and_grad(jit=True) compiles with JAX; backend={backend!r} "
+                             "cannot: use backend='jax' (or None), or jit=False.")
+        if kwargs:
+            raise ValueError(
+                f"value_and_grad(jit=True): keyword arguments {sorted(kwargs)} cannot be traced "
+                "inputs of the compiled function; pass them positionally, or bind settings with "
+                "functools.partial(fn, ...).")
+        backend = "jax"
     name = _backend_for(backend, params)
     if single:
         structured = params[0]
@@ -89,8 +105,12 @@ def value_and_grad(fn, variables, *args, backend=None, has_aux=False, **kwargs):
             return out
         return out, None
 
-    differentiate = _with_autograd if name == "autograd" else _with_jax
-    loss, aux, grads = differentiate(loss_of, structured, single, params)
+    if jit:
+        loss, aux, grads = _with_jax(loss_of, structured, single, params,
+                                     compiled=_compiled(fn, has_aux), args=args)
+    else:
+        differentiate = _with_autograd if name == "autograd" else _with_jax
+        loss, aux, grads = differentiate(loss_of, structured, single, params)
     grads = [_like(g, v) for g, v in zip(grads, params)]
     out_grads = grads[0] if single else (tuple(grads) if isinstance(variables, tuple) else grads)
     return ((loss, aux), out_grads) if has_aux else (loss, out_grads)
@@ -193,7 +213,9 @@ def _with_autograd(loss_of, structured, single, params):
 
 
 # -- JAX ----------------------------------------------------------------------------------------
-def _with_jax(loss_of, structured, single, params):
+def _with_jax(loss_of, structured, single, params, compiled=None, args=()):
+    """JAX's value and gradient; with ``compiled`` (``_compiled``'s function), that compiled
+    function of ``(params, *args)`` instead of tracing ``loss_of`` again."""
     import jax  # noqa: PLC0415 - an optional extra
 
     on_gpu = array_module(params[0]) is not np
@@ -203,18 +225,53 @@ def _with_jax(loss_of, structured, single, params):
             "value_and_grad(backend='jax'): these variables are float64 but JAX computes in "
             "float32 unless 64-bit mode is on; call jax.config.update('jax_enable_x64', True) "
             "at the start of the program, or create the variables as float32.")
-    to_jax = jax.dlpack.from_dlpack if on_gpu else jax.numpy.asarray
-    inputs = jax.tree_util.tree_map(to_jax, structured)
+    # NumPy arrays go in as they are (JAX converts them at its boundary, in C++ under jit);
+    # CuPy arrays through DLPack, without a copy.
+    inputs = jax.tree_util.tree_map(jax.dlpack.from_dlpack, structured) if on_gpu \
+        else structured
 
-    def scalar(p):
-        loss, aux = loss_of(p)
-        _check_scalar(loss, "jax")
-        return loss, aux
+    if compiled is not None:
+        (loss, aux), grads = compiled(inputs, *args)
+    else:
+        def scalar(p):
+            loss, aux = loss_of(p)
+            _check_scalar(loss, "jax")
+            return loss, aux
 
-    (loss, aux), grads = jax.value_and_grad(scalar, has_aux=True)(inputs)
+        (loss, aux), grads = jax.value_and_grad(scalar, has_aux=True)(inputs)
     back = _from_jax_gpu if on_gpu else np.asarray
     grads = [grads] if single else list(grads)
     return back(loss).reshape(()), jax.tree_util.tree_map(back, aux), [back(g) for g in grads]
+
+
+_COMPILED = {}  # (fn, has_aux) -> jax.jit(value_and_grad(...)); jax.jit caches per shape
+
+
+def _compiled(fn, has_aux):
+    """The compiled value-and-gradient of ``fn`` (one per loss function; a program has a
+    few, the bound keeps a program that makes new closures every step from growing it)."""
+    key = (fn, has_aux)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        import jax  # noqa: PLC0415 - an optional extra
+
+        def scalar(p, *args):
+            out = fn(p, *args)
+            if has_aux:
+                if not (isinstance(out, tuple) and len(out) == 2):
+                    raise ValueError(
+                        "value_and_grad(has_aux=True): the loss function must return (loss, "
+                        f"aux), got {short_repr(out)}.")
+                loss, aux = out
+            else:
+                loss, aux = out, None
+            _check_scalar(loss, "jax")
+            return loss, aux
+
+        if len(_COMPILED) >= 64:
+            _COMPILED.clear()
+        compiled = _COMPILED[key] = jax.jit(jax.value_and_grad(scalar, has_aux=True))
+    return compiled
 
 
 def _from_jax_gpu(x):

@@ -338,3 +338,30 @@ def test_a_jitted_jax_loss_function_and_an_unused_variable():
     assert gb.dtype == np.float32 and gb.shape == (2,) and not gb.any()
     _, (_, gb) = mpidist.autodiff.value_and_grad(lambda p, x: anp.sum(x @ p[0]), [w, b], X)
     assert gb.dtype == np.float32 and gb.shape == (2,) and not gb.any()
+
+
+def test_jit_compiles_once_and_gives_the_same_values():
+    w, b = make_variables(mpidist.get_strategy())
+    traces = []
+
+    def fn(params, x):
+        traces.append(1)  # a Python side effect: runs only while JAX traces
+        w_, b_ = params
+        return jnp.sum((x @ w_ + b_) ** 2) / 4, x @ w_ + b_
+
+    for _ in range(3):
+        (loss, logits), (gw, gb) = mpidist.autodiff.value_and_grad(fn, [w, b], X, has_aux=True,
+                                                                   jit=True)
+    assert len(traces) == 1  # compiled once, reused
+    want_loss, want_w, want_b = expected_loss_and_grads()
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-6)
+    np.testing.assert_allclose(gw, want_w, rtol=1e-6)
+    np.testing.assert_allclose(gb, want_b, rtol=1e-6)
+    assert type(logits) is np.ndarray and gw.dtype == np.float32
+    with pytest.raises(ValueError, match=r"jit=True\) compiles with JAX; backend='autograd'"):
+        mpidist.autodiff.value_and_grad(fn, [w, b], X, backend="autograd", jit=True)
+    with pytest.raises(ValueError, match=r"keyword arguments \['x'\] cannot be traced"):
+        mpidist.autodiff.value_and_grad(fn, [w, b], x=X, jit=True)
+    with pytest.raises(ValueError, match=r"must return a real scalar, got a value of shape "
+                       r"\(4, 2\) \(jax\)"):
+        mpidist.autodiff.value_and_grad(lambda p, x: x @ p, w, X, jit=True)
