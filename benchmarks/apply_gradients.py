@@ -22,7 +22,7 @@ import numpy as np
 import mpidist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from job import slowest, world  # noqa: E402
+from job import slowest, world
 
 TOTAL = 100_000
 
@@ -43,9 +43,9 @@ def _baseline(kind, comm, steps):
     red = np.empty_like(g)
     tmp = np.empty_like(g)
     if comm is not None:
-        from mpi4py import MPI  # noqa: PLC0415
+        from mpi4py import MPI
     start = time.perf_counter()
-    for step in range(1, steps + 1):
+    for _step in range(1, steps + 1):
         if comm is not None:
             comm.Allreduce(g, red, op=MPI.SUM)
         else:

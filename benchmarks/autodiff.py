@@ -49,8 +49,8 @@ from mpidist.backend.traced import namespace_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import digits_mlp  # noqa: E402
-from job import per_call_us, world  # noqa: E402
+import digits_mlp
+from job import per_call_us, world
 
 GLOBAL_BATCH = digits_mlp.GLOBAL_BATCH
 MODELS = {
@@ -133,7 +133,7 @@ def jax_x64():
     if importlib.util.find_spec("jax") is None:
         yield
         return
-    import jax  # noqa: PLC0415 - an optional extra
+    import jax  # an optional extra
 
     before = jax.config.read("jax_enable_x64")
     jax.config.update("jax_enable_x64", True)
@@ -155,7 +155,7 @@ def gradient_fn(way, model):
         return direct_gradient_fn(way, variables)
     loss_fn = mean_loss
     if way == "jax+jit":
-        import jax  # noqa: PLC0415 - an optional extra
+        import jax  # an optional extra
 
         loss_fn = jax.jit(mean_loss)
     backend = library_of(way)
@@ -173,11 +173,11 @@ def direct_gradient_fn(way, variables):
     (compiled whole by ``jax.jit`` for ``jax-direct-jit``) called on the variables' current
     values, the gradients handed back as NumPy arrays for ``apply_gradients``."""
     if way == "autograd-direct":
-        import autograd  # noqa: PLC0415 - an optional extra
+        import autograd  # an optional extra
 
         differentiate = autograd.value_and_grad(mean_loss)
     else:
-        import jax  # noqa: PLC0415 - an optional extra
+        import jax  # an optional extra
 
         differentiate = jax.value_and_grad(mean_loss)
         if way == "jax-direct-jit":

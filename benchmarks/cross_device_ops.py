@@ -21,7 +21,7 @@ from mpidist import kernels
 from mpidist.backend import num_gpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from core_overhead import SIZES, bench_reduce, interleaved  # noqa: E402 - shared helpers
+from core_overhead import SIZES, bench_reduce, interleaved  # shared helpers
 
 TF_MIRRORED_US = {"4 KiB": "350-549", "256 KiB": "636-699", "4 MiB": "1425-1781",
                   "64 MiB": "11144-18543"}
@@ -40,7 +40,7 @@ def bench_kernel_bandwidth(n, nbytes, rounds):
 
 
 def bench_gpu_kernel_bandwidth(n, nbytes, rounds):
-    import cupy  # noqa: PLC0415 - only when a GPU is present
+    import cupy  # only when a GPU is present
 
     count = nbytes // 4
     bufs = [cupy.full(count, i + 1, cupy.float32) for i in range(n)]

@@ -34,7 +34,7 @@ from mpidist.backend import cupy_backend
 from mpidist.data import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from job import slowest, world  # noqa: E402
+from job import slowest, world
 
 FEATURES = 64
 
@@ -68,7 +68,7 @@ def check_exactly_once(strategy, dist, y, comm):
         for part in strategy.experimental_local_results(labels):
             np.add.at(seen, part, 1)
     if comm is not None:
-        from mpi4py import MPI  # noqa: PLC0415
+        from mpi4py import MPI
 
         comm.Allreduce(MPI.IN_PLACE, seen, op=MPI.SUM)
     if not np.array_equal(seen, np.ones(len(y), dtype=np.int64)):
@@ -195,7 +195,7 @@ def main(argv=None):
         print(f"setup, us per call (median of {rounds}): experimental_distribute_dataset "
               f"{setup['create']:.1f}, iter() {setup['iter']:.1f}")
         if args.json:
-            import json  # noqa: PLC0415
+            import json
 
             Path(args.json).write_text(json.dumps({"per_step": table, "setup": setup}))
     if comm is None and cupy_backend.available():

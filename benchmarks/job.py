@@ -5,7 +5,7 @@ slowest rank's time."""
 def world():
     """MPI_COMM_WORLD when launched on several ranks, else None (mpi4py is then not needed)."""
     try:
-        from mpi4py import MPI  # noqa: PLC0415 - only when launched under MPI
+        from mpi4py import MPI  # only when launched under MPI
     except ImportError:
         return None
     return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
@@ -15,7 +15,7 @@ def slowest(comm, seconds):
     """``seconds`` on the slowest rank (itself without a job)."""
     if comm is None:
         return seconds
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
     return comm.allreduce(seconds, op=MPI.MAX)
 
@@ -23,7 +23,7 @@ def slowest(comm, seconds):
 def per_call_us(fn, comm, min_time=0.05):
     """µs per call of ``fn`` on the slowest rank; the call count doubles until a sample lasts
     ``min_time`` on every rank (the ranks agree on it, so they stay in step)."""
-    import time  # noqa: PLC0415
+    import time
 
     fn()
     calls = 1

@@ -27,13 +27,13 @@ SIZES = {"8 B": 8, "4 KiB": 4 << 10, "256 KiB": 256 << 10}
 def measure(level):
     """One launch: every case at ``level``; rank 0 prints one JSON line."""
     os.environ["MPIDIST_MPI_THREAD_LEVEL"] = level
-    import numpy as np  # noqa: PLC0415
-    import mpi4py  # noqa: PLC0415
+    import numpy as np
+    import mpi4py
 
     mpi4py.rc.thread_level = level
-    from mpi4py import MPI  # noqa: PLC0415
+    from mpi4py import MPI
 
-    from mpidist.comm.communicator import Communicator  # noqa: PLC0415
+    from mpidist.comm.communicator import Communicator
 
     comm = MPI.COMM_WORLD
     out = {"provided": MPI.Query_thread()}

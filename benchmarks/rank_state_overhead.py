@@ -26,13 +26,13 @@ calls = 20000 if comm.size == 1 else 5000
 times = {"off": [], "on": []}
 for _ in range(15):
     for mode in ("off", "on"):
-        comm.guard.rank_state = writer if mode == "on" else None  # noqa: SLF001
+        comm.guard.rank_state = writer if mode == "on" else None
         comm.barrier()
         start = time.perf_counter()
         for _ in range(calls):
             comm.all_reduce(buf)
         times[mode].append((time.perf_counter() - start) / calls * 1e6)
-comm.guard.rank_state = writer  # noqa: SLF001
+comm.guard.rank_state = writer
 if comm.rank == 0:
     off, on = (sorted(times[m])[len(times[m]) // 2] for m in ("off", "on"))
     print(f"{comm.size} rank(s), 8-byte all_reduce, median of 15 interleaved rounds: "

@@ -74,7 +74,7 @@ def sweep(out, quick, timeout):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--sweep" not in argv and "--from" not in argv:
-        from mpidist import cli  # noqa: PLC0415
+        from mpidist import cli
 
         return cli.run(["bench", "step"] + argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -85,7 +85,7 @@ def main(argv=None):
                         help="where the JSON reports go (default ./step-bench)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per launch")
     args = parser.parse_args(argv)
-    from mpidist.cli.bench_step_report import render_markdown  # noqa: PLC0415
+    from mpidist.cli.bench_step_report import render_markdown
 
     if args.source:
         reports = [json.loads((Path(args.source) / f"{stem}.json").read_text())

@@ -24,8 +24,8 @@ import mpidist
 from mpidist.data import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import digits_mlp  # noqa: E402
-from job import slowest, world  # noqa: E402
+import digits_mlp
+from job import slowest, world
 
 GLOBAL_BATCH = 256
 

@@ -32,7 +32,7 @@ FILTERS = 8
 def load_digits(seed=0):
     """The 1797 digits as float32 8x8 one-channel images (NHWC) in [0, 1] and int32 labels,
     shuffled once by ``seed`` and split into 1500 training and 297 test examples."""
-    from sklearn.datasets import load_digits as sklearn_digits  # noqa: PLC0415
+    from sklearn.datasets import load_digits as sklearn_digits
 
     bunch = sklearn_digits()
     images = (bunch.images / 16.0).astype(np.float32)[..., np.newaxis]

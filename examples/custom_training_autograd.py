@@ -37,7 +37,7 @@ L2 = 1e-4  # weight of the L2 penalty on the weight matrices
 def load_digits(seed=0):
     """The 1797 digits as float64 pixel rows scaled to [0, 1] and int64 labels, shuffled once
     by ``seed`` and split into 1500 training and 297 test examples."""
-    from sklearn.datasets import load_digits as sklearn_digits  # noqa: PLC0415
+    from sklearn.datasets import load_digits as sklearn_digits
 
     bunch = sklearn_digits()
     pixels = bunch.data.astype(np.float64) / 16.0

@@ -27,7 +27,7 @@ GLOBAL_BATCH = 64
 
 def load_digits(seed=0):
     """1797 8x8 digit images as float64 rows in [0, 1]; a fixed 1500 / 297 split."""
-    from sklearn.datasets import load_digits as sklearn_digits  # noqa: PLC0415
+    from sklearn.datasets import load_digits as sklearn_digits
 
     digits = sklearn_digits()
     x = digits.data.astype(np.float64) / 16.0

@@ -11,5 +11,6 @@ from mpidist.kernels.fusion import BufferPool, cast, pack, reduce_pack, unpack
 from mpidist.kernels.layout import FusionLayout, group_by_size, split_sizes
 from mpidist.kernels.reduce import reduce_n
 
-__all__ = ["KERNEL_DTYPES", "reduce_n", "pack", "reduce_pack", "unpack", "cast", "BufferPool", "FusionLayout", "split_sizes",
+__all__ = ["KERNEL_DTYPES", "reduce_n", "pack", "reduce_pack", "unpack", "cast", "BufferPool",
+           "FusionLayout", "split_sizes",
            "group_by_size"]

@@ -5,7 +5,8 @@ changing only the strategy object. Importing mpidist initialises nothing: no MPI
 no kernel compilation.
 """
 
-from mpidist import autodiff, callbacks, cluster_resolver, data, errors, experimental, metrics, nn, optimizers, train
+from mpidist import (autodiff, callbacks, cluster_resolver, data, errors, experimental, metrics, nn,
+                     optimizers, train)
 from mpidist.data.distributed import DistributedDataset, DistributedIterator
 from mpidist.data.options import InputContext, InputOptions, InputReplicationMode, RunOptions
 from mpidist.ops.all_reduce import AllReduceCrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce

@@ -131,8 +131,8 @@ class Config:
     shm_min_bytes: int = 256 * 1024
     abort_on_exception: bool = True
     cpu_threads: object = "auto"
-    timeline_path: str = None
-    rank_state_path: str = None
+    timeline_path: str | None = None
+    rank_state_path: str | None = None
     full_tracebacks: bool = False
     shm_min_bytes_one_node: int = 32 << 20
     shm_min_bytes_across_nodes: int = 512 << 10

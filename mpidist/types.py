@@ -1,8 +1,16 @@
-"""Enums shared by every layer: reduction operators and variable policies."""
+"""Names shared by every layer: reduction operators, variable policies, and the ``Array`` alias
+that annotations use for a replica's value."""
 
 import enum
+from typing import Any, TypeAlias
 
-__all__ = ["ReduceOp", "VariableAggregation", "VariableSynchronization"]
+__all__ = ["Array", "ReduceOp", "VariableAggregation", "VariableSynchronization"]
+
+Array: TypeAlias = Any
+"""An array on some device: a ``numpy.ndarray`` on the host, a ``cupy.ndarray`` on a GPU.
+
+``Any`` because CuPy is optional and untyped, and because the code handles both kinds through
+the same duck-typed calls; the name documents what a parameter holds."""
 
 
 class ReduceOp(enum.Enum):
@@ -15,13 +23,13 @@ class ReduceOp(enum.Enum):
     MEAN = "MEAN"
 
     @classmethod
-    def _missing_(cls, value):
+    def _missing_(cls, value: object) -> "ReduceOp | None":
         if isinstance(value, str) and value.upper() in cls.__members__:
             return cls[value.upper()]
         return None
 
     @classmethod
-    def from_variable_aggregation(cls, aggregation):
+    def from_variable_aggregation(cls, aggregation: "VariableAggregation | int") -> "ReduceOp":
         """The ReduceOp that implements ``aggregation`` (SUM or MEAN); ValueError otherwise."""
         aggregation = VariableAggregation(aggregation)
         if aggregation is VariableAggregation.SUM:
@@ -35,7 +43,7 @@ class ReduceOp(enum.Enum):
         )
 
 
-def as_reduce_op(reduce_op):
+def as_reduce_op(reduce_op: "ReduceOp | str") -> ReduceOp:
     """Convert a ReduceOp or a string such as ``"sum"`` to a ReduceOp.
 
     Raises:

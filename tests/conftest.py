@@ -23,7 +23,7 @@ def pytest_sessionfinish(session, exitstatus):
     results_dir = os.environ.get("MPIDIST_TEST_RESULTS_DIR")
     if not results_dir or not session.config.getoption("--with-mpi", False):
         return
-    from mpi4py import MPI  # noqa: PLC0415 - only under an MPI launch
+    from mpi4py import MPI  # only under an MPI launch
 
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     counts = {key: len(reporter.stats.get(key, [])) for key in ("passed", "failed", "error", "skipped")}
@@ -35,7 +35,7 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_report_header(config):
     lines = []
     if config.getoption("--with-mpi", False):
-        from mpi4py import MPI  # noqa: PLC0415 - only under an MPI launch
+        from mpi4py import MPI  # only under an MPI launch
 
         comm = MPI.COMM_WORLD
         lines.append(f"MPI vendor: {MPI.get_vendor()}, rank {comm.Get_rank()} of {comm.Get_size()}")

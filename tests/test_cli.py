@@ -341,9 +341,9 @@ def png_chunks(path):
 
 def check_plot(path, report):
     """A real PNG of the expected size whose drawn lines are the JSON's numbers."""
-    import matplotlib.image  # noqa: PLC0415
+    import matplotlib.image
 
-    from mpidist.cli.plot import PNG_SERIES_KEY  # noqa: PLC0415
+    from mpidist.cli.plot import PNG_SERIES_KEY
 
     chunks = png_chunks(path)
     width, height = struct.unpack(">II", chunks[0][1][:8])
@@ -553,7 +553,7 @@ def test_bench_step_quick_json(nprocs):
 
 
 def test_bench_step_markdown_fits_the_cost_model():
-    from mpidist.cli import bench_step_report as report  # noqa: PLC0415
+    from mpidist.cli import bench_step_report as report
 
     def ar(p, n, raw, ours):
         return {"path": "allreduce", "strategy": f"MWMS {p}x1", "ranks": p, "nodes": 1,

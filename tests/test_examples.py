@@ -49,7 +49,7 @@ def test_quickstart_example_converges_the_same_under_any_replica_count(replicas)
 def test_core_overhead_benchmark_runs_and_validates(capsys):
     """The benchmark stays runnable (it checks its reduce results before timing them)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import core_overhead  # noqa: PLC0415
+    import core_overhead
 
     rows = core_overhead.main(["--replicas", "2", "--sizes", "4 KiB", "--rounds", "1"])
     kinds = [row[0] for row in rows]
@@ -61,7 +61,7 @@ def test_core_overhead_benchmark_runs_and_validates(capsys):
 def test_cross_device_ops_benchmark_runs_and_validates(capsys):
     """The CrossDeviceOps benchmark stays runnable; it validates each result before timing."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import cross_device_ops  # noqa: PLC0415
+    import cross_device_ops
 
     rows = cross_device_ops.main(["--replicas", "2", "--rounds", "1", "--quick"])
     kinds = [row[0] for row in rows]
@@ -105,7 +105,7 @@ def test_multi_worker_benchmark_runs_and_validates():
 def test_input_pipeline_benchmark_runs_and_validates(capsys):
     """The input benchmark stays runnable; it checks every example is seen exactly once first."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import input_pipeline  # noqa: PLC0415
+    import input_pipeline
 
     table = input_pipeline.main(["--quick"])
     assert [row[:2] for row in table] == [(32, 1), (32, 2), (256, 1), (256, 2)]
@@ -125,7 +125,7 @@ def test_input_pipeline_benchmark_under_multi_worker():
 # -- examples/digits_mlp.py: a real model on a real dataset under every strategy -------------------
 def _digits():
     sys.path.insert(0, str(ROOT / "examples"))
-    import digits_mlp  # noqa: PLC0415
+    import digits_mlp
 
     return digits_mlp
 
@@ -180,7 +180,7 @@ def test_digits_prints_progress_on_the_chief_only():
 
 def test_training_step_benchmark_runs(capsys):
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import training_step  # noqa: PLC0415
+    import training_step
 
     rows = training_step.main(["--quick"])
     assert [r[0] for r in rows] == ["OneDevice", "Mirrored x2"]
@@ -210,7 +210,7 @@ AUTODIFF_EXAMPLES = {
 @pytest.fixture(scope="module", params=sorted(AUTODIFF_EXAMPLES))
 def autodiff_example(request):
     """``(name, module, OneDevice accuracy, OneDevice weights)`` of each example, trained once."""
-    import importlib  # noqa: PLC0415
+    import importlib
 
     name = request.param
     extra, epochs = AUTODIFF_EXAMPLES[name][:2]
@@ -261,8 +261,8 @@ def test_custom_training_autograd_reports_and_checkpoints_every_epoch(tmp_path):
     weights into a fresh model under another strategy."""
     pytest.importorskip("autograd", reason="examples/custom_training_autograd.py needs the "
                                            "autograd extra (pip install 'mpidist[autograd]')")
-    import custom_training_autograd as example  # noqa: PLC0415
-    import mpidist  # noqa: PLC0415
+    import custom_training_autograd as example
+    import mpidist
 
     lines = []
     _, weights, _ = example.run("mirrored", 2, 2, checkpoint_dir=str(tmp_path),

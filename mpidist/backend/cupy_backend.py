@@ -15,7 +15,7 @@ def get_cupy():
             import cupy  # noqa: PLC0415 - lazy on purpose: importing CuPy initialises CUDA
 
             _state["module"] = cupy
-        except Exception as exc:  # ImportError, or CUDA libraries that fail to load
+        except Exception as exc:  # noqa: BLE001 - ImportError, or CUDA libraries that fail to load
             _state["error"] = exc
     return _state["module"]
 
@@ -32,7 +32,7 @@ def gpu_count():
         return 0
     try:
         return cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # no driver, or no device visible
+    except Exception as exc:  # noqa: BLE001 - no driver, or no device visible
         _state["error"] = exc
         return 0
 

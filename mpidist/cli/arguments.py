@@ -6,6 +6,8 @@ A value that does not parse is a usage error (exit status 2), printed once under
 """
 
 import argparse
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from mpidist.cli import bench
 from mpidist.cli.commands import cmd_bench_allreduce, cmd_bench_batch, cmd_bench_step, cmd_info
@@ -14,15 +16,17 @@ from mpidist.cli.timing import DEFAULTS, QUICK
 
 __all__ = ["build_parser"]
 
+_Number = TypeVar("_Number", int, float)
 
-def _sizes(text):
+
+def _sizes(text: str) -> list[int]:
     try:
         return bench.parse_sizes(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _ops(text):
+def _ops(text: str) -> list[str]:
     ops = [o.strip().lower() for o in text.split(",") if o.strip()]
     bad = [o for o in ops if o not in bench.OPS]
     if not ops or bad:
@@ -31,8 +35,8 @@ def _ops(text):
     return list(dict.fromkeys(ops))
 
 
-def _positive(kind, what):
-    def parse(text):
+def _positive(kind: Callable[[str], _Number], what: str) -> Callable[[str], _Number]:
+    def parse(text: str) -> _Number:
         try:
             value = kind(text)
         except ValueError:
@@ -43,13 +47,13 @@ def _positive(kind, what):
     return parse
 
 
-def _non_negative_int(text):
+def _non_negative_int(text: str) -> int:
     if not text.strip().isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
     return int(text)
 
 
-def _paths(text):
+def _paths(text: str) -> list[str]:
     from mpidist.cli.bench_step import PATHS  # noqa: PLC0415
 
     paths = [p.strip() for p in text.split(",") if p.strip()]
@@ -60,7 +64,7 @@ def _paths(text):
     return list(dict.fromkeys(paths))
 
 
-def _timing_options(p):
+def _timing_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("timing")
     count = g.add_mutually_exclusive_group()
     count.add_argument("--iters", type=_positive(int, "integer"), metavar="N",
@@ -149,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_step_parser(kinds):
+def _add_step_parser(kinds: Any) -> None:  # what add_subparsers returned
     step = kinds.add_parser(
         "step", help="the step a user writes (run + all_reduce, apply_gradients, fit)",
         description="The paths a training step takes, each beside its raw baseline in the same "

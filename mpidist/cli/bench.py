@@ -17,12 +17,15 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mpidist.cli.info import library_facts
 from mpidist.comm.mpi import mpi_module
+
+if TYPE_CHECKING:
+    from mpidist.comm.communicator import Communicator
 
 __all__ = ["DTYPES", "OPS", "QUICK_SIZES", "DEFAULT_SIZES", "parse_size", "parse_sizes",
            "human_size", "bus_factor", "pattern", "expected", "Timer", "run_allreduce",
@@ -128,7 +131,7 @@ def expected(size: int, count: int, dtype: str, op: str) -> np.ndarray:
     return np.resize(one, count)
 
 
-def _first_wrong(got, want):
+def _first_wrong(got: np.ndarray, want: np.ndarray) -> str | None:
     wrong = np.flatnonzero(got != want)
     if wrong.size == 0:
         return None
@@ -160,7 +163,7 @@ class Timer:
         self.warmup = warmup
         self.rounds = rounds
 
-    def _slowest(self, seconds):
+    def _slowest(self, seconds: float) -> float:
         return self.control.allreduce(seconds, op=self.max_op)
 
     def sample(self, fn: Callable[..., object], calls: int) -> float:
@@ -180,8 +183,10 @@ class Timer:
         while True:
             per_call = self.sample(fn, calls)
             elapsed = per_call * calls
-            if elapsed >= self.min_time / 4 or calls >= 1 << 20:
-                return max(1, min(1 << 22, math.ceil(self.min_time / max(per_call, 1e-9))))
+            # min_time is set whenever iters is not (timing.settings_from).
+            if elapsed >= self.min_time / 4 or calls >= 1 << 20:  # type: ignore[operator]
+                return max(1, min(1 << 22, math.ceil(
+                    self.min_time / max(per_call, 1e-9))))  # type: ignore[operator]
             calls *= 4
 
     def compare(self, cases: Mapping[str, Callable[..., object]],
@@ -221,7 +226,8 @@ def job_facts(comm: Any, mpi: Any) -> Job:
     }
 
 
-def _row(nbytes, count, dtype, op, impl, stats, n, raw_time=None):
+def _row(nbytes: int, count: int, dtype: str, op: str, impl: str, stats: Mapping[str, Any],
+         n: int, raw_time: float | None = None) -> Row:
     t = stats["median"]
     algbw = nbytes / t / 1e9 if t > 0 else 0.0
     return {
@@ -277,7 +283,8 @@ def run_allreduce(sizes: Sequence[int], ops: Sequence[str], dtype: str, timer: T
     return job, rows
 
 
-def _check(cases, outputs, send, want, control, what):
+def _check(cases: Mapping[str, Callable[[], object]], outputs: Mapping[str, np.ndarray],
+           send: np.ndarray, want: np.ndarray, control: Any, what: str) -> None:
     """Run each case once (outputs zeroed first), compare every output with ``want`` and
     agree across ranks; also checks that the send buffer was left as it was."""
     original = send.copy()
@@ -313,14 +320,17 @@ def run_batch(tensors: int, tensor_size: int, dtype: str,
     # Host buffers on every rank, whatever GPUs exist: the raw baselines are host MPI calls.
     strategy = mpidist.MultiWorkerMirroredStrategy(
         cluster_resolver=MPIClusterResolver(local_devices=["/cpu:0"]))
-    comm = strategy.extended.communicator
+    # A MultiWorkerMirroredStrategy always has its communicator (the base type says "or None").
+    comm: Communicator = strategy.extended.communicator  # type: ignore[assignment]
     raw_comm = mpi.COMM_WORLD.Dup()
-    rows = []
+    rows: list[Row] = []
     try:
         job = job_facts(comm, mpi)
         arrays = [pattern(comm.rank + t, tensor_size, dtype, "sum") for t in range(tensors)]
         wants = [_batch_expected(comm.size, t, tensor_size, dtype) for t in range(tensors)]
-        values = [strategy.experimental_distribute_values_from_function(lambda ctx, a=a: a)
+        # misc: mypy cannot match a lambda with a bound default to Callable[[ValueContext], Any].
+        values = [strategy.experimental_distribute_values_from_function(
+                      lambda ctx, a=a: a)  # type: ignore[misc]
                   for a in arrays]
         pairs = [(v, "/cpu:0") for v in values]
         packed = np.concatenate(arrays)
@@ -329,19 +339,19 @@ def run_batch(tensors: int, tensor_size: int, dtype: str,
         split_out = [np.zeros_like(a) for a in arrays]
         bounds = np.cumsum([0] + [a.size for a in arrays])
 
-        def separate():
+        def separate() -> None:
             for a, o in zip(arrays, separate_out):
                 raw_comm.Allreduce(a, o, mpi.SUM)
 
-        def concat_split():
+        def concat_split() -> None:
             flat = np.concatenate(arrays)
             raw_comm.Allreduce(mpi.IN_PLACE, flat, mpi.SUM)
             for t, o in enumerate(split_out):
                 o[...] = flat[bounds[t]:bounds[t + 1]]
 
-        ours = {}
+        ours: dict[str, list[Any]] = {}
 
-        def batch():
+        def batch() -> None:
             ours["out"] = strategy.extended.batch_reduce_to("SUM", pairs)
 
         cases = {
@@ -351,7 +361,7 @@ def run_batch(tensors: int, tensor_size: int, dtype: str,
             BATCH_MPIDIST: batch,
         }
 
-        def check(what):
+        def check(what: str) -> None:
             failure = None
             got = {BATCH_RAW_PACKED: np.split(packed_out, bounds[1:-1]),
                    BATCH_RAW_CONCAT: split_out, BATCH_RAW_SEPARATE: separate_out,
@@ -383,13 +393,13 @@ def run_batch(tensors: int, tensor_size: int, dtype: str,
     return job, rows
 
 
-def _batch_expected(size, t, count, dtype):
+def _batch_expected(size: int, t: int, count: int, dtype: str) -> np.ndarray:
     table = np.stack([pattern(r + t, count, dtype, "sum") for r in range(size)])
     return np.add.reduce(table, axis=0, dtype=np.dtype(dtype))
 
 
 # -- output ---------------------------------------------------------------------------------
-def _fmt_bw(x):
+def _fmt_bw(x: float) -> str:
     """GB/s in 7 columns, with up to 3 significant digits (nccl-tests' %.2f shows every small
     size as 0.00)."""
     digits = 2 if x <= 0 else max(2, min(5, 2 - math.floor(math.log10(x))))

@@ -28,13 +28,17 @@ case.
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mpidist.cli import bench
 from mpidist.comm.mpi import mpi_module
+
+if TYPE_CHECKING:
+    from mpidist.strategies.strategy import Strategy
+    from mpidist.training.optimizers import Optimizer
 
 __all__ = ["PATHS", "FULL_SIZES", "QUICK_SIZES", "VARIABLE_COUNTS", "TOTAL_ELEMENTS", "OPTIMIZERS",
            "MODELS", "strategies_for_job", "run_step_sweep", "DeepMLP"]
@@ -59,7 +63,7 @@ def strategies_for_job(size: int, nodes: int) -> list[tuple[str, Callable[[], An
     import mpidist  # noqa: PLC0415 - the strategy layer
     from mpidist.cluster_resolver import MPIClusterResolver  # noqa: PLC0415
 
-    def mwms():
+    def mwms() -> "Strategy":
         return mpidist.MultiWorkerMirroredStrategy(
             cluster_resolver=MPIClusterResolver(local_devices=["/cpu:0"]))
 
@@ -71,17 +75,18 @@ def strategies_for_job(size: int, nodes: int) -> list[tuple[str, Callable[[], An
     return setups
 
 
-def _replica_ids(strategy, rank):
+def _replica_ids(strategy: "Strategy", rank: int) -> list[int]:
     """Global replica ids of this process's replicas (one per local device)."""
     local = len(strategy.extended.worker_devices)
     return list(range(rank * local, rank * local + local))
 
 
-def _agree(control, failure, what):
+def _agree(control: Any, failure: str | None, what: str) -> None:
     bench.agree_on_check(control, failure, what)
 
 
-def _close(got, want, what, rtol=1e-5, atol=1e-6):
+def _close(got: Any, want: Any, what: str, rtol: float = 1e-5, atol: float = 1e-6
+           ) -> str | None:
     got = np.asarray(got, dtype=np.float64).reshape(-1)
     want = np.asarray(want, dtype=np.float64).reshape(-1)
     if got.shape != want.shape:
@@ -95,26 +100,28 @@ def _close(got, want, what, rtol=1e-5, atol=1e-6):
 
 
 # -- (a) run + replica-context all_reduce -------------------------------------------------------
-def _allreduce_case(strategy, label, nbytes, timer, raw_comm, mpi, rank, size):
+def _allreduce_case(strategy: "Strategy", label: str, nbytes: int, timer: bench.Timer,
+                    raw_comm: Any, mpi: Any, rank: int, size: int) -> bench.Row:
     from mpidist import get_replica_context  # noqa: PLC0415
 
     count = nbytes // 4
     ids = _replica_ids(strategy, rank)
     replicas = strategy.num_replicas_in_sync
-    xs = {rid: bench.pattern(rid, count, "float32", "sum") for rid in ids}
+    xs: dict[int | np.integer, np.ndarray] = {
+        rid: bench.pattern(rid, count, "float32", "sum") for rid in ids}
     want = bench.expected(replicas, count, "float32", "sum")
-    got = {}
+    got: dict[str, Any] = {}
 
-    def step():
-        ctx = get_replica_context()
-        return ctx.all_reduce("SUM", xs[ctx.replica_id_in_sync_group])
+    def step() -> Any:
+        ctx = get_replica_context()  # inside strategy.run: never None
+        return ctx.all_reduce("SUM", xs[ctx.replica_id_in_sync_group])  # type: ignore[union-attr]
 
-    def ours():
+    def ours() -> None:
         got["out"] = strategy.run(step)
 
     outs = [np.zeros(count, np.float32) for _ in ids]
     if len(ids) > 1:  # one process, several devices: NumPy's sum, then each replica's copy
-        def raw():
+        def raw() -> None:
             np.add(xs[ids[0]], xs[ids[1]], out=outs[0])
             for extra in range(2, len(ids)):
                 np.add(outs[0], xs[ids[extra]], out=outs[0])
@@ -122,7 +129,7 @@ def _allreduce_case(strategy, label, nbytes, timer, raw_comm, mpi, rank, size):
                 np.copyto(o, outs[0])
         baseline = f"np.add of {len(ids)} + copies"
     else:
-        def raw():
+        def raw() -> None:
             raw_comm.Allreduce(xs[ids[0]], outs[0], mpi.SUM)
         baseline = "raw comm.Allreduce"
     ours()
@@ -141,14 +148,14 @@ def _allreduce_case(strategy, label, nbytes, timer, raw_comm, mpi, rank, size):
 class _PackedUpdate:
     """The baseline's optimizer: one in-place NumPy pass per step over packed arrays."""
 
-    def __init__(self, kind, weights):
+    def __init__(self, kind: str, weights: np.ndarray) -> None:
         self.kind = kind
         self.w = weights
         self.tmp = np.empty_like(weights)
         self.slots = [np.zeros_like(weights) for _ in range(1 if kind == "sgd" else 2)]
         self.step = 0
 
-    def apply(self, g):
+    def apply(self, g: np.ndarray) -> None:
         w, t = self.w, self.tmp
         self.step += 1
         if self.kind == "sgd":  # m = momentum * m - lr * g; w += m
@@ -178,13 +185,13 @@ class _FusedPackedUpdate:
     """The best single-pass update: mpidist's fused Numba kernel (one loop over the packed
     parameters, gradients and slots), the floor any optimizer's update can reach."""
 
-    def __init__(self, kind, weights):
+    def __init__(self, kind: str, weights: np.ndarray) -> None:
         self.kind = kind
         self.w = weights
         self.slots = [np.zeros_like(weights) for _ in range(1 if kind == "sgd" else 2)]
         self.step = 0
 
-    def apply(self, g):
+    def apply(self, g: np.ndarray) -> None:
         from mpidist.kernels import optimizers as fused  # noqa: PLC0415
 
         f32 = np.float32
@@ -199,7 +206,7 @@ class _FusedPackedUpdate:
                           f32(EPSILON))
 
 
-def _make_optimizer(kind):
+def _make_optimizer(kind: str) -> "Optimizer":
     import mpidist  # noqa: PLC0415
 
     if kind == "sgd":
@@ -207,7 +214,8 @@ def _make_optimizer(kind):
     return mpidist.optimizers.Adam(LEARNING_RATE, beta_1=BETA_1, beta_2=BETA_2, epsilon=EPSILON)
 
 
-def _apply_case(strategy, label, kind, nvars, timer, raw_comm, mpi, rank, size):
+def _apply_case(strategy: "Strategy", label: str, kind: str, nvars: int, timer: bench.Timer,
+                raw_comm: Any, mpi: Any, rank: int, size: int) -> bench.Row:
     import mpidist  # noqa: PLC0415
 
     per = TOTAL_ELEMENTS // nvars
@@ -221,49 +229,52 @@ def _apply_case(strategy, label, kind, nvars, timer, raw_comm, mpi, rank, size):
     packed_g = {rid: ((np.arange(TOTAL_ELEMENTS) % 7 + rid % 5).astype(np.float32)
                       * np.float32(1e-2)) for rid in ids}
     grads = {rid: [packed_g[rid][i * per:(i + 1) * per] for i in range(nvars)] for rid in ids}
-    pairs = {rid: list(zip(grads[rid], variables)) for rid in ids}
+    pairs: dict[int | np.integer, list[tuple[np.ndarray, Any]]] = {
+        rid: list(zip(grads[rid], variables)) for rid in ids}
 
-    def step():
+    def step() -> None:
         from mpidist import get_replica_context  # noqa: PLC0415
 
-        optimizer.apply_gradients(pairs[get_replica_context().replica_id_in_sync_group])
+        # Inside strategy.run the replica context is never None.
+        optimizer.apply_gradients(
+            pairs[get_replica_context().replica_id_in_sync_group])  # type: ignore[union-attr]
 
-    def ours():
+    def ours() -> None:
         strategy.run(step)
 
     updates = [_PackedUpdate(kind, start.copy()) for _ in ids]
     summed = np.empty(TOTAL_ELEMENTS, np.float32)
     if len(ids) > 1:
-        def comm():
+        def comm() -> None:
             np.add(packed_g[ids[0]], packed_g[ids[1]], out=summed)
             for extra in ids[2:]:
                 np.add(summed, packed_g[extra], out=summed)
         baseline = f"np.add of {len(ids)} packed + {len(ids)} NumPy updates"
     elif label == "OneDevice":
-        def comm():
+        def comm() -> None:
             pass
         summed = packed_g[ids[0]]
         baseline = "one NumPy update"
     else:
-        def comm():
+        def comm() -> None:
             raw_comm.Allreduce(packed_g[ids[0]], summed, mpi.SUM)
         baseline = "raw Allreduce + NumPy update"
 
     fused_updates = [_FusedPackedUpdate(kind, start.copy()) for _ in ids]
 
-    def update():
+    def update() -> None:
         for u in updates:
             u.apply(summed)
 
-    def fused_update():
+    def fused_update() -> None:
         for u in fused_updates:
             u.apply(summed)
 
-    def raw():
+    def raw() -> None:
         comm()
         update()
 
-    def raw_fused():
+    def raw_fused() -> None:
         comm()
         fused_update()
 
@@ -341,11 +352,13 @@ class _AllReduceClock:
     """Wall time spent inside ``ReplicaContext.all_reduce`` (and any subclass's override), summed
     over this process's replica threads; installed only while a fit case is timed."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         from mpidist.strategies.replica_context import ReplicaContext  # noqa: PLC0415
 
-        self.spans = []
-        self._saved = []
+        self.spans: list[float] = []
+        self._saved: list[tuple[type, Callable[..., Any]]] = []
+        classes: list[type]
+        todo: list[type]
         classes, todo = [], [ReplicaContext]
         while todo:
             cls = todo.pop()
@@ -355,29 +368,31 @@ class _AllReduceClock:
             if "all_reduce" in cls.__dict__:
                 self._saved.append((cls, cls.__dict__["all_reduce"]))
 
-    def __enter__(self):
+    def __enter__(self) -> "_AllReduceClock":
         spans = self.spans
         for cls, original in self._saved:
-            def timed(ctx, *args, _original=original, **kwargs):
+            def timed(ctx: Any, *args: Any, _original: Callable[..., Any] = original,
+                      **kwargs: Any) -> Any:
                 start = time.perf_counter()
                 try:
                     return _original(ctx, *args, **kwargs)
                 finally:
                     spans.append(time.perf_counter() - start)  # list.append is thread-safe
-            setattr(cls, "all_reduce", timed)
+            setattr(cls, "all_reduce", timed)  # noqa: B010 - classes found at run time
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         for cls, original in self._saved:
-            setattr(cls, "all_reduce", original)
+            setattr(cls, "all_reduce", original)  # noqa: B010 - as above
 
-    def take(self):
+    def take(self) -> float:
         total = sum(self.spans)
         self.spans.clear()
         return total
 
 
-def _fit_case(strategy, label, model_name, steps, timer, raw_comm, mpi, size):
+def _fit_case(strategy: "Strategy", label: str, model_name: str, steps: int,
+              timer: bench.Timer, raw_comm: Any, mpi: Any, size: int) -> bench.Row:
     import mpidist  # noqa: PLC0415
     from mpidist.data import Dataset  # noqa: PLC0415
 
@@ -397,6 +412,8 @@ def _fit_case(strategy, label, model_name, steps, timer, raw_comm, mpi, size):
                           verbose=0)  # warm-up; also checks the loss is a number
     loss = history.history["loss"][-1]
     _agree(timer.control, None if np.isfinite(loss) else f"loss {loss}", f"{label}: fit")
+    step_s: list[float]
+    comm_s: list[float]
     step_s, comm_s = [], []
     clock = _AllReduceClock()
     with clock:
@@ -427,7 +444,8 @@ def _fit_case(strategy, label, model_name, steps, timer, raw_comm, mpi, size):
 
 
 # -- rows and the sweep -------------------------------------------------------------------------
-def _row(path, label, size, replicas, stats, baseline, **extra):
+def _row(path: str, label: str, size: int, replicas: int,
+         stats: Mapping[str, Mapping[str, Any]], baseline: str, **extra: Any) -> bench.Row:
     ours, base = stats["mpidist"], stats["baseline"]
     row = {"path": path, "strategy": label, "ranks": size, "replicas": replicas,
            "calls": ours["calls"], "time_us": ours["median"] * 1e6,
@@ -453,9 +471,9 @@ def run_step_sweep(timer: bench.Timer, quick: bool = False, paths: Sequence[str]
     counts = VARIABLE_COUNTS[:2] if quick else VARIABLE_COUNTS
     models = list(MODELS)
     steps = 4 if quick else 16
-    rows = []
+    rows: list[bench.Row] = []
 
-    def emit(row):
+    def emit(row: bench.Row) -> None:
         row["nodes"] = comm.num_nodes
         rows.append(row)
         if on_row is not None:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from mpidist.cli.bench import Job, Row
 
@@ -27,7 +28,7 @@ CLUSTER_ALPHA_US = 5.0
 CLUSTER_GBPS = 12.5
 
 
-def _us(t):
+def _us(t: float) -> str:
     if t >= 10_000:
         return f"{t / 1e3:.1f} ms"
     if t >= 100:
@@ -69,7 +70,7 @@ def step_table(job: Job, rows: list[Row], timer_text: str) -> list[str]:
 
 
 # -- the cost model -----------------------------------------------------------------------------
-def _lstsq(columns, target):
+def _lstsq(columns: Sequence[npt.ArrayLike], target: npt.ArrayLike) -> np.ndarray:
     """Non-negative least squares by dropping negative terms (a handful of unknowns)."""
     a = np.array(columns, dtype=float).T
     b = np.array(target, dtype=float)
@@ -84,7 +85,7 @@ def _lstsq(columns, target):
     return np.zeros(a.shape[1])
 
 
-def _mwms(rows, path, multi_node=False):
+def _mwms(rows: list[Row], path: str, multi_node: bool = False) -> list[Row]:
     return [r for r in rows if r["path"] == path and r["strategy"].startswith("MWMS")
             and r["ranks"] > 1 and (r.get("nodes", 1) > 1) == multi_node]
 
@@ -124,7 +125,7 @@ def fit_cost_model(rows: list[Row]) -> dict[str, Any]:
     return model
 
 
-def _apply_cell(row):
+def _apply_cell(row: Row) -> str:
     """``time (ratio; ratio to the fused baseline; ratio to the NumPy update)``; reports
     saved before the fused baseline existed have no middle term."""
     fused = f"{row['ratio_to_fused']:.1f}x fused; " if "ratio_to_fused" in row else ""
@@ -132,7 +133,7 @@ def _apply_cell(row):
             f"{row['ratio_to_update']:.0f}x)")
 
 
-def _ring(p, nbytes, alpha_us, beta):
+def _ring(p: int, nbytes: float, alpha_us: float, beta: float) -> float:
     return 2 * (p - 1) * alpha_us + 2 * (p - 1) / p * nbytes * beta
 
 
@@ -163,7 +164,7 @@ def project(model: dict[str, Any], ranks: Sequence[int] = (64, 512)) -> list[dic
 
 
 # -- markdown for docs/performance.md -----------------------------------------------------------
-def _job_name(row):
+def _job_name(row: Row) -> str:
     return row["strategy"]
 
 
@@ -230,14 +231,15 @@ def render_markdown(reports: list[dict[str, Any]], commands: Sequence[str] = ())
     return "\n".join(lines)
 
 
-def _model_markdown(rows):
+def _model_markdown(rows: list[Row]) -> list[str]:
     model = fit_cost_model(rows)
     lines = []
     nets = [(k, model[k]) for k in ("one_node", "two_nodes") if k in model]
     if nets:
         lines += ["**Cost model, fitted by least squares from the tables above.** Raw MPI "
                   "all-reduce as a ring, T = 2(p-1)·α + 2(p-1)/p·n·β (one node: the 2-rank "
-                  "rows; two nodes: the 2 x 2 rows); c_call = mpidist's all-reduce minus raw at 4 and 256 KiB:", "",
+                  "rows; two nodes: the 2 x 2 rows); c_call = mpidist's all-reduce minus raw at 4 "
+                  "and 256 KiB:", "",
                   "| network | points | α (latency) | β (bandwidth) | c_call (Python per "
                   "all-reduce) |", "|---|---|---|---|---|"]
         for key, m in nets:

@@ -8,11 +8,16 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from mpidist.cli import bench, timing
+from mpidist.cli.bench import Job, Row, Timer
 from mpidist.cli.errors import CommandError, CommandParser, print_error, rank_before_mpi
 
 __all__ = ["cmd_info", "cmd_bench_allreduce", "cmd_bench_batch", "cmd_bench_step"]
+
+Settings = dict[str, Any]  # the timing settings (``timing.settings_from``)
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -29,7 +34,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 1 if any(p["severity"] == "error" for p in report["problems"]) else 0
 
 
-def _prepare_plot(args):
+def _prepare_plot(args: argparse.Namespace) -> None:
     """Fail before any timing when ``--plot`` cannot be honoured."""
     if not args.plot:
         return
@@ -41,7 +46,9 @@ def _prepare_plot(args):
         raise CommandError(str(err), report=rank_before_mpi() == 0) from None
 
 
-def _run_bench(args, run, emit_table):
+def _run_bench(args: argparse.Namespace,
+               run: Callable[[Timer, Settings], tuple[Job, list[Row]]],
+               emit_table: Callable[[Job, list[Row], Settings], None]) -> int:
     """Shared shape of the bench commands: check, run on every rank, print on rank 0."""
     _prepare_plot(args)
     settings = timing.settings_from(args)
@@ -99,7 +106,7 @@ def cmd_bench_allreduce(args: argparse.Namespace) -> int:
     printed = {"header": False}
     bar = {"tqdm": None}
 
-    def on_row(job, raw, ours, settings):
+    def on_row(job: Job, raw: Row | None, ours: Row, settings: Settings) -> None:
         if raw is None:
             return
         if bar["tqdm"] is not None:
@@ -112,7 +119,7 @@ def cmd_bench_allreduce(args: argparse.Namespace) -> int:
             printed["header"] = True
         print(bench.allreduce_line(raw, ours), flush=True)
 
-    def run(timer, settings):
+    def run(timer: Timer, settings: Settings) -> tuple[Job, list[Row]]:
         rank0 = timer.control.Get_rank() == 0
         if rank0 and not table and sys.stderr.isatty():
             # --json / --csv print at the end: show the sweep's progress on a terminal.
@@ -128,7 +135,7 @@ def cmd_bench_allreduce(args: argparse.Namespace) -> int:
             if bar["tqdm"] is not None:
                 bar["tqdm"].close()
 
-    def emit(job, rows, settings):
+    def emit(job: Job, rows: list[Row], settings: Settings) -> None:
         print("\n".join(bench.allreduce_summary(rows)), flush=True)
 
     return _run_bench(args, run, emit)
@@ -136,10 +143,10 @@ def cmd_bench_allreduce(args: argparse.Namespace) -> int:
 
 def cmd_bench_batch(args: argparse.Namespace) -> int:
     """``mpidist bench batch``: many small tensors in one call."""
-    def run(timer, settings):
+    def run(timer: Timer, settings: Settings) -> tuple[Job, list[Row]]:
         return bench.run_batch(args.tensors, args.tensor_size, args.dtype, timer)
 
-    def emit(job, rows, settings):
+    def emit(job: Job, rows: list[Row], settings: Settings) -> None:
         print("\n".join(bench.batch_table(job, rows, timing.describe(settings))), flush=True)
 
     return _run_bench(args, run, emit)

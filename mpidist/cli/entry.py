@@ -13,7 +13,7 @@ from mpidist.config import get_config
 __all__ = ["run", "main"]
 
 
-def _world_size():
+def _world_size() -> int:
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
         return 1

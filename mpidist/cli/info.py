@@ -12,7 +12,7 @@ import os
 import platform
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mpidist.backend import cupy_backend
@@ -34,7 +34,7 @@ _ONE_RANK_PER_GPU = (
 )
 
 
-def _version(dist, module=None):
+def _version(dist: str | Iterable[str], module: str | None = None) -> str | None:
     """Installed version of the distribution ``dist``, without importing it (None if absent)."""
     for name in (dist,) if isinstance(dist, str) else dist:
         try:
@@ -45,14 +45,14 @@ def _version(dist, module=None):
     return getattr(mod, "__version__", None)
 
 
-def _cupy_version():
+def _cupy_version() -> str | None:
     mod = sys.modules.get("cupy")
     if mod is not None:
         return getattr(mod, "__version__", None)
     return _version(("cupy", "cupy-cuda12x", "cupy-cuda11x", "cupy-cuda13x", "cupy-rocm-5-0"))
 
 
-def _nccl_version():
+def _nccl_version() -> tuple[str | None, str]:
     """``(version or None, reason)`` through mpidist.comm.nccl (which loads CuPy's NCCL)."""
     from mpidist.comm import nccl as nccl_support  # noqa: PLC0415 - loads CuPy when present
 
@@ -61,7 +61,7 @@ def _nccl_version():
         return None, nccl_support.nccl_unavailable_reason()
     try:
         code = int(module.get_version())
-    except Exception as exc:  # an old CuPy without get_version, or a broken libnccl
+    except Exception as exc:  # noqa: BLE001 - an old CuPy without get_version, or a broken libnccl
         return "unknown", f"{type(exc).__name__}: {exc}"
     major, minor, patch = (code // 10000, code // 100 % 100, code % 100) if code >= 10000 \
         else (code // 1000, code // 100 % 10, code % 100)
@@ -113,7 +113,7 @@ def library_facts(mpi: Any) -> dict[str, Any]:
     }
 
 
-def _thread_name(mpi, level):
+def _thread_name(mpi: Any, level: int) -> str:
     for name in THREAD_LEVELS:
         if getattr(mpi, f"THREAD_{name}", None) == level:
             return name
@@ -134,7 +134,7 @@ def gpu_facts() -> tuple[list[dict[str, Any]], str | None]:
         entry: dict[str, Any] = {"index": index}
         try:
             props = cupy.cuda.runtime.getDeviceProperties(index)
-        except Exception as exc:  # a device that cannot be queried is still listed
+        except Exception as exc:  # noqa: BLE001 - a device that cannot be queried is still listed
             entry["error"] = f"{type(exc).__name__}: {exc}"
             gpus.append(entry)
             continue
@@ -153,7 +153,7 @@ def gpu_facts() -> tuple[list[dict[str, Any]], str | None]:
     return gpus, None
 
 
-def _blas_threads():
+def _blas_threads() -> list[dict[str, Any]]:
     try:
         from threadpoolctl import threadpool_info  # noqa: PLC0415
     except ImportError:
@@ -163,7 +163,7 @@ def _blas_threads():
             for p in threadpool_info()]
 
 
-def _default_device(launch_ok, local_rank, visible):
+def _default_device(launch_ok: bool, local_rank: int, visible: int) -> str:
     """The device mpidist's default MPIClusterResolver() gives this rank."""
     if launch_ok:
         from mpidist.cluster_resolver import MPIClusterResolver  # noqa: PLC0415
@@ -226,7 +226,8 @@ def gpu_identity(facts: dict[str, Any]) -> str | None:
     return f"GPU {index}"
 
 
-def _problem(kind, severity, ranks, message, fix):
+def _problem(kind: str, severity: str, ranks: Iterable[int], message: str, fix: str
+             ) -> dict[str, Any]:
     return {"kind": kind, "severity": severity, "ranks": sorted(ranks), "message": message,
             "fix": fix}
 
@@ -333,7 +334,7 @@ def collect() -> dict[str, Any] | None:
     }
 
 
-def _device_text(facts):
+def _device_text(facts: dict[str, Any]) -> str:
     device = facts["device"]
     identity = gpu_identity(facts)
     if identity is None:
@@ -345,7 +346,7 @@ def _device_text(facts):
     return " ".join(x for x in (device, name, bus) if x)
 
 
-def _blas_text(facts):
+def _blas_text(facts: dict[str, Any]) -> str:
     pools = facts.get("blas") or []
     now = ", ".join(f"{p['library']} {p['threads']}" for p in pools) or "none loaded"
     cap = facts.get("cpu_threads_cap")
@@ -410,7 +411,7 @@ def render_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _bytes(n):
+def _bytes(n: int) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale and n % scale == 0:
             return f"{n // scale} {unit}"

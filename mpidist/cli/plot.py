@@ -8,10 +8,15 @@ chunk (``mpidist-series``, JSON), so what a figure shows can be checked against 
 
 import json
 import os
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpidist.cli.bench import IMPL_LABELS, IMPL_MPIDIST, IMPL_RAW, Job, Row, human_size
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = ["require_matplotlib", "plot_allreduce", "plot_batch", "PNG_SERIES_KEY"]
 
@@ -39,7 +44,8 @@ def require_matplotlib() -> ModuleType:
     return matplotlib
 
 
-def _figure(rows_of_axes, height_ratios, size):
+def _figure(rows_of_axes: int, height_ratios: Sequence[float], size: tuple[float, float]
+            ) -> tuple["Figure", Any]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
     from matplotlib.figure import Figure  # noqa: PLC0415
 
@@ -50,7 +56,7 @@ def _figure(rows_of_axes, height_ratios, size):
     return fig, axes
 
 
-def _size_axis(ax, sizes):
+def _size_axis(ax: "Axes", sizes: Sequence[int]) -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa: PLC0415
 
     ax.set_xscale("log", base=2)
@@ -69,7 +75,7 @@ def _size_axis(ax, sizes):
         ax.set_xlim(2.0 ** (lo - 1), 2.0 ** (hi + 1))
 
 
-def _series(fig):
+def _series(fig: Any) -> list[dict[str, Any]]:  # a Figure; its lines' data is loosely typed
     """Every labelled line of the figure: ``[{"axes", "label", "x", "y"}]``."""
     out = []
     for index, ax in enumerate(fig.axes):
@@ -92,7 +98,8 @@ def _series(fig):
     return out
 
 
-def _save(fig, path, title, mpidist_version):
+def _save(fig: "Figure", path: str | os.PathLike[str], title: str,
+          mpidist_version: str | None) -> list[dict[str, Any]]:
     series = _series(fig)
     fig.savefig(path, dpi=DPI, metadata={
         "Title": title.replace("\n", " "), "Software": f"mpidist {mpidist_version}",

@@ -21,6 +21,6 @@ __all__ = [
     "expand_tasks_per_node",
 ]
 
-from mpidist.cluster_resolver.mpi import MPIClusterResolver  # noqa: E402 - starts MPI only when created
+from mpidist.cluster_resolver.mpi import MPIClusterResolver  # noqa: F401 - in __all__ below; starts MPI only when created
 
 __all__.append("MPIClusterResolver")

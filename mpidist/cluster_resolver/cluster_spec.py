@@ -84,7 +84,7 @@ class ClusterSpec:
             return NotImplemented
         return self._cluster == other._cluster
 
-    __hash__ = None  # equal to dicts, which are unhashable
+    __hash__ = None  # type: ignore[assignment]  # equal to dicts, which are unhashable
 
     def __repr__(self):
         items = self.as_dict()

@@ -36,7 +36,7 @@ class RankProgress(tuple):
     def __new__(cls, entered: int, operation: str, completed: int) -> Self:
         return super().__new__(cls, (int(entered), str(operation), int(completed)))
 
-    def __getnewargs__(self) -> tuple[int, str, int]:  # type: ignore[override]
+    def __getnewargs__(self) -> tuple[int, str, int]:
         # Boards travel pickled between nodes: unpickling calls __new__ with these.
         return self.entered, self.operation, self.completed
 

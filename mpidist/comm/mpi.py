@@ -13,10 +13,12 @@ import signal
 import sys
 import time
 import threading
+from types import ModuleType, TracebackType
+from typing import NoReturn
 
 from mpidist.comm.user_traceback import format_user_traceback
 from mpidist.config import get_config
-from mpidist.launcher_env import announced_size, process_manager_agrees
+from mpidist.launcher_env import Announced, Environ, announced_size, process_manager_agrees
 
 __all__ = ["mpi_module", "THREAD_LEVELS", "check_launch", "launcher_world_size", "install_abort_on_exception",
            "abort_job", "rank_label"]
@@ -28,7 +30,7 @@ _lock = threading.Lock()
 _hook_installed = False
 
 
-def _request_thread_level():
+def _request_thread_level() -> None:
     """Set ``mpi4py.rc.thread_level`` before MPI starts: mpidist's level, or the program's own
     choice where it made one (``mpi4py.rc.thread_level = ...`` or ``MPI4PY_RC_THREAD_LEVEL``)
     and it is higher. Once MPI runs, the level is fixed and this does nothing."""
@@ -49,7 +51,7 @@ def _request_thread_level():
         os.environ["MPI4PY_RC_THREAD_LEVEL"] = ours
 
 
-def mpi_module():
+def mpi_module() -> ModuleType:
     """``mpi4py.MPI``, imported now; a clear ImportError when mpi4py is missing."""
     try:
         _request_thread_level()
@@ -63,7 +65,7 @@ def mpi_module():
     return MPI
 
 
-def launcher_world_size(environ=None):
+def launcher_world_size(environ: Environ | None = None) -> Announced | None:
     """``(variable, size)`` of the first launcher variable that announces a task count, else None.
 
     Under Slurm the step's own count wins over the job's (``srun -n 2`` in a 4-task job); the
@@ -72,7 +74,7 @@ def launcher_world_size(environ=None):
     return announced_size(environ)
 
 
-def check_launch(size, environ=None):
+def check_launch(size: int, environ: Environ | None = None) -> None:
     """Raise RuntimeError when the launcher started more tasks than MPI sees.
 
     The classic failure: ``srun`` without the right ``--mpi=`` plugin, or an ``mpiexec`` from
@@ -108,7 +110,7 @@ def check_launch(size, environ=None):
     )
 
 
-def rank_label():
+def rank_label() -> str:
     """``"rank R of N on HOST"`` for messages, without starting MPI if it is not running."""
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
@@ -117,7 +119,7 @@ def rank_label():
     return f"rank {world.Get_rank()} of {world.Get_size()} on {mpi.Get_processor_name()}"
 
 
-def abort_job(message, code=1):
+def abort_job(message: str, code: int = 1) -> NoReturn:
     """Print ``message`` (prefixed with this rank) to stderr and end every rank of the job."""
     try:  # the launcher interrupts the other ranks when one aborts; finish writing first
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -132,7 +134,7 @@ def abort_job(message, code=1):
     os._exit(code)
 
 
-def install_abort_on_exception():
+def install_abort_on_exception() -> None:
     """Make an uncaught exception on this rank end the whole job, with its traceback printed.
 
     Without it the other ranks wait forever in their next collective (mpi4py's own remedy is
@@ -146,7 +148,8 @@ def install_abort_on_exception():
             return
         previous = sys.excepthook
 
-        def hook(exc_type, exc, tb):
+        def hook(exc_type: type[BaseException], exc: BaseException,
+                 tb: TracebackType | None) -> None:
             if issubclass(exc_type, KeyboardInterrupt) or issubclass(exc_type, SystemExit):
                 previous(exc_type, exc, tb)
                 return

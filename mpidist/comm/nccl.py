@@ -46,7 +46,7 @@ def nccl_module() -> Any:
                     _state["module"] = nccl
                 else:
                     _state["error"] = "CuPy was built without NCCL support"
-            except Exception as exc:  # ImportError when libnccl is missing
+            except Exception as exc:  # noqa: BLE001 - ImportError when libnccl is missing
                 _state["error"] = f"{type(exc).__name__}: {exc}"
     return _state["module"]
 

@@ -72,13 +72,13 @@ class CommunicationOptions:
                 f"Argument `bytes_per_pack` must be an integer >= 0, Received {bytes_per_pack!r}.")
         if bytes_per_pack < 0:
             raise ValueError(f"Argument `bytes_per_pack` must be >=0, Received {bytes_per_pack}.")
-        if timeout_seconds is not None:
-            if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, numbers.Real) \
-                    or not timeout_seconds > 0:
-                raise ValueError(
-                    "Argument `timeout_seconds` must be None or a positive number of seconds, "
-                    f"Received {timeout_seconds!r}."
-                )
+        if timeout_seconds is not None and (
+                isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, numbers.Real)
+                or not timeout_seconds > 0):
+            raise ValueError(
+                "Argument `timeout_seconds` must be None or a positive number of seconds, "
+                f"Received {timeout_seconds!r}."
+            )
         self.bytes_per_pack = int(bytes_per_pack)
         self.timeout_seconds = None if timeout_seconds is None else float(timeout_seconds)
         self.implementation = _as_implementation(implementation)

@@ -63,7 +63,9 @@ class SharedMemoryAllReduce:
             self._slots = []
             self._window.Free()
         self._window = self._mpi.Win.Allocate_shared(capacity, 1, comm=self._node)
-        self._slots = [np.frombuffer(self._window.Shared_query(q)[0], dtype=np.uint8)
+        # mpi4py's stub gives Shared_query's buffer no __buffer__; it has the buffer protocol.
+        self._slots = [np.frombuffer(self._window.Shared_query(q)[0],  # type: ignore[arg-type]
+                                     dtype=np.uint8)
                        for q in range(self._size)]
         self._capacity = capacity
 

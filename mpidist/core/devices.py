@@ -8,6 +8,7 @@ Accepted forms (case-insensitive device type):
 import dataclasses
 import functools
 import re
+from typing import Any
 
 __all__ = ["DeviceSpec", "parse_device", "canonical_device", "DEVICE_TYPES"]
 
@@ -26,48 +27,51 @@ class DeviceSpec:
     job: str = "localhost"
     replica: int = 0
     task: int = 0
+    # Set once by __post_init__; not an argument, not compared, not shown.
+    _hash: int = dataclasses.field(init=False, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Specs key dicts on hot paths (fusion buckets); hash the fields once.
         object.__setattr__(self, "_hash", hash((self.device_type, self.device_index, self.job,
                                                 self.replica, self.task)))
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return self._hash
 
-    def __reduce__(self):  # rebuild through __init__: string hashes differ between processes
+    # Rebuild through __init__: string hashes differ between processes.
+    def __reduce__(self) -> tuple[type["DeviceSpec"], tuple[str, int, str, int, int]]:
         return (DeviceSpec, (self.device_type, self.device_index, self.job, self.replica, self.task))
 
     @property
-    def is_gpu(self):
+    def is_gpu(self) -> bool:
         return self.device_type == "GPU"
 
     @property
-    def is_cpu(self):
+    def is_cpu(self) -> bool:
         return self.device_type == "CPU"
 
-    def to_string(self):
+    def to_string(self) -> str:
         """The fully qualified TF name, e.g. ``/job:localhost/replica:0/task:0/device:CPU:0``."""
         return (
             f"/job:{self.job}/replica:{self.replica}/task:{self.task}"
             f"/device:{self.device_type}:{self.device_index}"
         )
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.to_string()
 
-    def with_task(self, job, task):
+    def with_task(self, job: str, task: int) -> "DeviceSpec":
         return dataclasses.replace(self, job=job, task=task)
 
 
-def _bad(spec, why):
+def _bad(spec: str, why: str) -> ValueError:
     return ValueError(
         f"Cannot parse device string {spec!r}: {why}. Use a TensorFlow device name such as "
         "'/cpu:0', '/gpu:1' or '/job:worker/replica:0/task:1/device:GPU:0'."
     )
 
 
-def parse_device(spec):
+def parse_device(spec: str | DeviceSpec) -> DeviceSpec:
     """Parse a device string (or return a DeviceSpec unchanged).
 
     Raises:
@@ -82,13 +86,13 @@ def parse_device(spec):
 
 
 @functools.lru_cache(maxsize=1024)
-def _parse_string(spec):
+def _parse_string(spec: str) -> DeviceSpec:
     # Destinations arrive as strings on every reduce; DeviceSpecs are immutable, so share them.
     text = spec.strip()
     if not text:
         raise _bad(spec, "it is empty")
-    fields = {"job": "localhost", "replica": 0, "task": 0}
-    device_type = None
+    fields: dict[str, Any] = {"job": "localhost", "replica": 0, "task": 0}
+    device_type: str | None = None
     device_index = 0
     parts = [p for p in text.split("/") if p]
     i = 0
@@ -126,6 +130,6 @@ def _parse_string(spec):
     return DeviceSpec(device_type, device_index, fields["job"], fields["replica"], fields["task"])
 
 
-def canonical_device(spec):
+def canonical_device(spec: str | DeviceSpec) -> str:
     """The fully qualified name of ``spec`` (string or DeviceSpec)."""
     return parse_device(spec).to_string()

@@ -3,7 +3,7 @@
 __all__ = ["short_repr"]
 
 
-def short_repr(x, limit=60):
+def short_repr(x: object, limit: int = 60) -> str:
     """``repr(x)`` on one line (so messages stay greppable), cut to ``limit`` characters."""
     text = " ".join(repr(x).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -5,19 +5,21 @@ sorted order when they sort, as ``tf.nest`` does, else in insertion order.
 """
 
 import collections.abc
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 __all__ = ["is_nested", "flatten", "pack_sequence_as", "map_structure", "is_namedtuple"]
 
 
-def is_namedtuple(x):
+def is_namedtuple(x: object) -> bool:
     return isinstance(x, tuple) and hasattr(type(x), "_fields")
 
 
-def is_nested(x):
+def is_nested(x: object) -> bool:
     return isinstance(x, (list, tuple, collections.abc.Mapping))
 
 
-def _sorted_keys(mapping):
+def _sorted_keys(mapping: Mapping[Any, Any]) -> list[Any]:
     keys = list(mapping.keys())
     try:
         return sorted(keys)
@@ -25,23 +27,25 @@ def _sorted_keys(mapping):
         return keys
 
 
-def _children(x):
+def _children(x: Any) -> list[Any]:
     if isinstance(x, collections.abc.Mapping):
         return [x[k] for k in _sorted_keys(x)]
     return list(x)
 
 
-def _rebuild(template, children):
+def _rebuild(template: Any, children: list[Any]) -> Any:
     if isinstance(template, collections.abc.Mapping):
         items = dict(zip(_sorted_keys(template), children))
-        ordered = {k: items[k] for k in template.keys()}
+        ordered = {k: items[k] for k in template}
         if type(template) is dict:
             return ordered
         if isinstance(template, collections.defaultdict):
-            out = collections.defaultdict(template.default_factory)
+            out: collections.defaultdict[Any, Any] = collections.defaultdict(
+                template.default_factory)
             out.update(ordered)
             return out
-        return type(template)(ordered)
+        # Mapping declares no constructor; the concrete mapping types here take a dict.
+        return type(template)(ordered)  # type: ignore[call-arg]
     if is_namedtuple(template):
         return type(template)._make(children)
     if isinstance(template, tuple):
@@ -49,9 +53,9 @@ def _rebuild(template, children):
     return list(children)
 
 
-def flatten(structure):
+def flatten(structure: Any) -> list[Any]:
     """The leaves of ``structure`` in a deterministic order."""
-    out = []
+    out: list[Any] = []
     stack = [structure]
     while stack:
         x = stack.pop()
@@ -62,28 +66,28 @@ def flatten(structure):
     return out
 
 
-def pack_sequence_as(structure, flat):
+def pack_sequence_as(structure: Any, flat: Iterable[Any]) -> Any:
     """Rebuild ``structure`` with its leaves replaced, in order, by ``flat``."""
-    flat = list(flat)
+    leaves = list(flat)
     pos = 0
 
-    def build(x):
+    def build(x: Any) -> Any:
         nonlocal pos
         if is_nested(x):
             return _rebuild(x, [build(c) for c in _children(x)])
-        leaf = flat[pos]
+        leaf = leaves[pos]
         pos += 1
         return leaf
 
     result = build(structure)
-    if pos != len(flat):
+    if pos != len(leaves):
         raise ValueError(
-            f"Structure has {pos} leaves but {len(flat)} values were given to pack into it."
+            f"Structure has {pos} leaves but {len(leaves)} values were given to pack into it."
         )
     return result
 
 
-def assert_same_structure(a, b):
+def assert_same_structure(a: Any, b: Any) -> None:
     """Raise ValueError unless ``a`` and ``b`` nest the same way (leaf values may differ)."""
     if is_nested(a) != is_nested(b):
         raise ValueError(f"The two structures don't have the same nested structure: {a!r} vs {b!r}.")
@@ -104,7 +108,7 @@ def assert_same_structure(a, b):
         assert_same_structure(x, y)
 
 
-def map_structure(fn, *structures):
+def map_structure(fn: Callable[..., Any], *structures: Any) -> Any:
     """Apply ``fn`` to corresponding leaves of ``structures``; the result nests like the first."""
     first = structures[0]
     for other in structures[1:]:

@@ -13,7 +13,8 @@ because TensorFlow uses two, chosen by the auto-shard policy:
 __all__ = ["legacy_slices", "batch_sizes_for_worker", "per_replica_batch_size"]
 
 
-def legacy_slices(batch, num_workers, replicas_per_worker, worker_index):
+def legacy_slices(batch: int, num_workers: int, replicas_per_worker: int,
+                  worker_index: int) -> list[tuple[int, int]]:
     """``(start, stop)`` of each local replica's sub-batch of a batch of ``batch`` elements.
 
     Local replica ``r`` of worker ``w`` gets global sub-batch ``r * W + w`` of the ceil split.
@@ -29,7 +30,8 @@ def legacy_slices(batch, num_workers, replicas_per_worker, worker_index):
     return out
 
 
-def batch_sizes_for_worker(global_batch_size, num_workers, replicas_per_worker, worker_index):
+def batch_sizes_for_worker(global_batch_size: int, num_workers: int, replicas_per_worker: int,
+                           worker_index: int) -> list[int]:
     """The cycle of sub-batch sizes worker ``worker_index`` cuts its stream into.
 
     ``W * R`` sizes, summing to ``global_batch_size``; the worker takes ``R`` of them per step
@@ -42,7 +44,7 @@ def batch_sizes_for_worker(global_batch_size, num_workers, replicas_per_worker, 
     return sizes[shift:] + sizes[:shift]
 
 
-def per_replica_batch_size(global_batch_size, num_replicas_in_sync):
+def per_replica_batch_size(global_batch_size: int, num_replicas_in_sync: int) -> int:
     """``global // replicas``; a remainder is an error (TF's InputContext rule and message)."""
     if global_batch_size % num_replicas_in_sync:
         raise ValueError(

@@ -31,7 +31,7 @@ _UNPROVEN = -3  # below INFINITE (-1) and UNKNOWN (-2) cardinality: "no claim"
 class Agreement:
     seed: int
     same_steps: bool  # every worker proved the same number of steps
-    steps: int = None  # the job's number of steps where every worker proved its own, else None
+    steps: int | None = None  # the job's number of steps where every worker proved its own, else None
 
 
 def agree(workers, api, steps=None, rows=None, **fields):

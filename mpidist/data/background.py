@@ -4,7 +4,7 @@ distributed iterator, so that producing the next element overlaps consuming this
 import queue
 import threading
 from collections.abc import Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = ["iterate_in_background"]
 
@@ -23,7 +23,7 @@ def iterate_in_background(it: Iterator[T], buffer_size: int) -> Iterator[T]:
     """Run iterator ``it`` ahead in a daemon thread, at most ``buffer_size`` elements ahead.
     Errors surface at the element where they happened; abandoning the iterator stops the
     thread."""
-    q = queue.Queue(maxsize=buffer_size)
+    q: queue.Queue[Any] = queue.Queue(maxsize=buffer_size)  # elements, _END or a _Failure
     stop = threading.Event()
 
     def put(item):

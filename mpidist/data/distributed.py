@@ -62,7 +62,7 @@ class InputWorkers:
     worker_index: int = 0
     num_replicas_in_sync: int = 1
     comm: object = None  # the Communicator that agrees end of data and seeds (multi-worker)
-    timeout_seconds: float = None
+    timeout_seconds: float | None = None
     per_replica_allowed: bool = False  # PER_REPLICA pipelines (MirroredStrategy only)
     uniform: bool = True  # every worker has the same number of replicas
 

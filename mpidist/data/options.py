@@ -114,7 +114,7 @@ class Options:
                 == other.experimental_distribute.auto_shard_policy
                 and self.deterministic == other.deterministic)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable: Python's idiom, which mypy rejects
 
     def __repr__(self):
         return (f"Options(auto_shard_policy={self.experimental_distribute.auto_shard_policy.name}, "
@@ -128,7 +128,8 @@ class InputReplicationMode(enum.Enum):
     PER_REPLICA = "PER_REPLICA"
 
 
-_InputOptionsBase = collections.namedtuple("InputOptions", [
+# The tuple's type name is the public class's (repr shows it), which mypy's name-match rejects.
+_InputOptionsBase = collections.namedtuple("InputOptions", [  # type: ignore[name-match]
     "experimental_fetch_to_device",
     "experimental_replication_mode",
     "experimental_place_dataset_on_device",

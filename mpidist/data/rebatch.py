@@ -48,7 +48,7 @@ def leading_dim(flat, num_replicas):
 def legacy_steps(batches, workers):
     """AUTO / DATA: each batch is one step, split ``ceil(B / N)``; worker ``w`` keeps global
     sub-batches ``w, w + W, ...`` (so every worker must see the same batches)."""
-    W, w, R = workers.num_workers, workers.worker_index, workers.replicas_per_worker
+    W, w, R = workers.num_workers, workers.worker_index, workers.replicas_per_worker  # noqa: N806 - the spec's W, R
     n = W * R
     for batch in batches:
         flat = nest.flatten(batch)
@@ -65,7 +65,7 @@ def balanced_steps(batches, workers, global_batch_size):
     slots rotate over workers), so the generator ends only once the stream is known to be
     exhausted; the cursor reads one batch ahead to know that as soon as it is true.
     """
-    W, w, R = workers.num_workers, workers.worker_index, workers.replicas_per_worker
+    W, w, R = workers.num_workers, workers.worker_index, workers.replicas_per_worker  # noqa: N806 - the spec's W, R
     cursor = _Cursor(iter(batches), W * R)
     first_size = cursor.peek_size()
     if first_size is None:

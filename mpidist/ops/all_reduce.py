@@ -9,20 +9,24 @@ other devices than they live on, take ReductionToOneDevice, as in TF.
 """
 
 import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from mpidist.backend import array_module, device_context
 from mpidist.comm.nccl import local_group
-from mpidist.kernels import pack, split_sizes
+from mpidist.comm.options import CommunicationOptions
+from mpidist.core.devices import DeviceSpec
+from mpidist.kernels import FusionLayout, pack, split_sizes
 from mpidist.kernels.arrays import empty_like_family
-from mpidist.ops.cross_device_ops import CrossDeviceOps, as_per_replica
-from mpidist.ops.destinations import resolve_devices
-from mpidist.ops.fusion_state import FusionState, bucket_values
+from mpidist.ops.cross_device_ops import CrossDeviceOps, Pairs, as_per_replica
+from mpidist.ops.destinations import Destinations, resolve_devices
+from mpidist.ops.fusion_state import BucketItems, FusionState, bucket_values
 from mpidist.ops.hierarchical_copy import hierarchical_copy_sum
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
-from mpidist.types import ReduceOp
-from mpidist.values.containers import Mirrored
+from mpidist.types import Array, ReduceOp
+from mpidist.values.containers import DistributedValues, Mirrored
 
 __all__ = ["AllReduceCrossDeviceOps", "NcclAllReduce", "HierarchicalCopyAllReduce"]
 
@@ -37,7 +41,7 @@ class AllReduceCrossDeviceOps(CrossDeviceOps):
         num_packs: Packs per dtype per batch (>= 0; 0 means one all-reduce per tensor).
     """
 
-    def __init__(self, all_reduce_alg="nccl", num_packs=1):
+    def __init__(self, all_reduce_alg: str = "nccl", num_packs: int = 1) -> None:
         if all_reduce_alg not in _ALGORITHMS:
             raise ValueError(
                 f"all_reduce_alg must be one of {sorted(_ALGORITHMS)}, got {all_reduce_alg!r}."
@@ -55,15 +59,15 @@ class AllReduceCrossDeviceOps(CrossDeviceOps):
         self._warned_cpu = False
 
     @property
-    def num_packs(self):
+    def num_packs(self) -> int:
         return self._num_packs
 
     # -- routing --------------------------------------------------------------------------
-    def _all_reducible(self, value, destinations):
+    def _all_reducible(self, value: DistributedValues, destinations: Destinations) -> bool:
         devices = resolve_devices(value)
         return devices == resolve_devices(destinations) and all(d.is_gpu for d in devices)
 
-    def _note_fallback(self, devices):
+    def _note_fallback(self, devices: Iterable[DeviceSpec]) -> None:
         if self._all_reduce_alg == "nccl" and not self._warned_cpu and any(d.is_cpu for d in devices):
             self._warned_cpu = True
             warnings.warn(
@@ -71,14 +75,18 @@ class AllReduceCrossDeviceOps(CrossDeviceOps):
                 "they are reduced with ReductionToOneDevice instead (as TF does).",
                 RuntimeWarning, stacklevel=4)
 
-    def reduce_implementation(self, reduce_op, per_replica_value, destinations, options):
+    def reduce_implementation(self, reduce_op: ReduceOp, per_replica_value: DistributedValues,
+                              destinations: Destinations, options: CommunicationOptions | None
+                              ) -> Array | Mirrored:
         value = as_per_replica(per_replica_value)
         if self._all_reducible(value, destinations):
             return self._batch_all_reduce(reduce_op, [value])[0]
         self._note_fallback(resolve_devices(value) + resolve_devices(destinations))
         return self._fallback.reduce_implementation(reduce_op, value, destinations, options)
 
-    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+    def batch_reduce_implementation(self, reduce_op: ReduceOp, value_destination_pairs: Pairs,
+                                    options: CommunicationOptions | None
+                                    ) -> list[Array | Mirrored]:
         pairs = [(as_per_replica(v), d) for v, d in value_destination_pairs]
         if pairs and all(self._all_reducible(v, d) for v, d in pairs) and \
                 len({resolve_devices(v) for v, _ in pairs}) == 1:
@@ -89,15 +97,17 @@ class AllReduceCrossDeviceOps(CrossDeviceOps):
             return self._fallback.batch_reduce_implementation(reduce_op, pairs, options)
         return [self.reduce_implementation(reduce_op, v, d, options) for v, d in pairs]
 
-    def _gather(self, per_replica_value, destinations, axis, options=None):
+    def _gather(self, per_replica_value: Any, destinations: Destinations, axis: int,
+                options: CommunicationOptions | None = None) -> Array | Mirrored:
         return self._fallback._gather(per_replica_value, destinations, axis, options)
 
     # -- the all-reduce -------------------------------------------------------------------
-    def _batch_all_reduce(self, reduce_op, values):
+    def _batch_all_reduce(self, reduce_op: ReduceOp, values: Sequence[DistributedValues]
+                          ) -> list[Array | Mirrored]:
         """All-reduce PerReplica values whose components sit on the same GPUs, one per GPU."""
         devices = resolve_devices(values[0])
         buckets, rest = bucket_values(values)
-        results = [None] * len(values)
+        results: list[Array | Mirrored] = [None] * len(values)
         for i in rest:  # the fallback explains mismatched replicas, or reduces odd dtypes
             results[i] = self._fallback.reduce_implementation(reduce_op, values[i], values[i], None)
         for items in buckets.values():
@@ -109,7 +119,8 @@ class AllReduceCrossDeviceOps(CrossDeviceOps):
                 results[i] = Mirrored([views[k] for views in per_device], devices)
         return results
 
-    def _all_reduce_bucket(self, items, devices):
+    def _all_reduce_bucket(self, items: BucketItems, devices: tuple[DeviceSpec, ...]
+                           ) -> tuple[list[Array], FusionLayout]:
         """Every device's flat sum of the bucket's tensors, and their layout."""
         layout = self._fusion.layout(items)
         dtype = items[0][1][0].dtype
@@ -134,7 +145,8 @@ class AllReduceCrossDeviceOps(CrossDeviceOps):
                 self._all_reduce_pack(p, sends, [out[start:stop] for out in outs], devices)
         return outs, layout
 
-    def _all_reduce_pack(self, index, sends, recvs, devices):
+    def _all_reduce_pack(self, index: int, sends: list[Array], recvs: list[Array],
+                         devices: tuple[DeviceSpec, ...]) -> None:
         if self._all_reduce_alg == "nccl":
             local_group([d.device_index for d in devices]).all_reduce_sum(sends, recvs)
             return
@@ -144,7 +156,7 @@ class AllReduceCrossDeviceOps(CrossDeviceOps):
                 recv[...] = total
 
 
-def _pack_ranges(layout, num_packs):
+def _pack_ranges(layout: FusionLayout, num_packs: int) -> list[tuple[int, int]]:
     """(start, stop) element ranges of the packs: TF's split, or one range per tensor."""
     if num_packs == 0:
         return [(s, s + n) for s, n in zip(layout.starts, layout.sizes)]
@@ -155,7 +167,7 @@ def _pack_ranges(layout, num_packs):
     return ranges
 
 
-def _mean(out, n, device):
+def _mean(out: Array, n: int, device: DeviceSpec) -> Array:
     xp = array_module(out)
     with device_context(device):
         if out.dtype.kind in "iub":
@@ -171,7 +183,7 @@ class NcclAllReduce(AllReduceCrossDeviceOps):
         num_packs: Packs per dtype per batch (>= 0; 0: one NCCL call per tensor).
     """
 
-    def __init__(self, num_packs=1):
+    def __init__(self, num_packs: int = 1) -> None:
         super().__init__(all_reduce_alg="nccl", num_packs=num_packs)
 
 
@@ -183,5 +195,5 @@ class HierarchicalCopyAllReduce(AllReduceCrossDeviceOps):
         num_packs: Packs per dtype per batch (>= 0; 0: each tensor on its own).
     """
 
-    def __init__(self, num_packs=1):
+    def __init__(self, num_packs: int = 1) -> None:
         super().__init__(all_reduce_alg="hierarchical_copy", num_packs=num_packs)

@@ -8,16 +8,26 @@ sends it in packs of ``bytes_per_pack``; MEAN divides by the global replica coun
 the sum, as TF's collective ops do.
 """
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from mpidist.backend import as_array
+from mpidist.comm.communicator import Communicator
+from mpidist.comm.nccl import RankNcclGroup
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
-from mpidist.kernels.layout import group_by_size
-from mpidist.ops.cross_device_ops import as_per_replica, check_reducible, normalize_pairs
-from mpidist.ops.destinations import resolve_devices, simple_broadcast, validate_destinations
+from mpidist.kernels.layout import FusionLayout, group_by_size
+from mpidist.ops.cross_device_ops import Pairs, as_per_replica, check_reducible, normalize_pairs
+from mpidist.ops.destinations import (
+    Destinations,
+    resolve_devices,
+    simple_broadcast,
+    validate_destinations,
+)
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
-from mpidist.types import ReduceOp, as_reduce_op
-from mpidist.values.containers import PerReplica
+from mpidist.types import Array, ReduceOp, as_reduce_op
+from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
 
 __all__ = ["CollectiveAllReduce", "DEFAULT_BYTES_PER_PACK"]
 
@@ -37,30 +47,38 @@ class CollectiveAllReduce(ReductionToOneDevice):
             GPU buffers when the implementation is NCCL, else None.
     """
 
-    def __init__(self, communicator, num_replicas_in_sync, options=None, nccl_group=None):
+    def __init__(self, communicator: Communicator, num_replicas_in_sync: int,
+                 options: CommunicationOptions | None = None,
+                 nccl_group: RankNcclGroup | None = None) -> None:
         super().__init__()
         self._comm = communicator
         self._group_size = int(num_replicas_in_sync)
         self._options = options if options is not None else CommunicationOptions()
         self._nccl = nccl_group
-        self._range_cache = {}
+        self._range_cache: dict[tuple[FusionLayout, int, int], list[tuple[int, int]]] = {}
 
     # Workers always talk, even when this worker has one replica: TF's single-replica
     # shortcuts of the base class would skip the other workers.
-    def reduce(self, reduce_op, per_replica_value, destinations, options=None):
+    def reduce(self, reduce_op: ReduceOp | str, per_replica_value: Any,
+               destinations: Destinations, options: CommunicationOptions | None = None
+               ) -> Array | Mirrored:
         reduce_op = as_reduce_op(reduce_op)
         check_reducible("CrossDeviceOps.reduce", reduce_op, per_replica_value)
         validate_destinations(destinations)
         return self.reduce_implementation(reduce_op, as_per_replica(per_replica_value),
                                           destinations, options)
 
-    def batch_reduce(self, reduce_op, value_destination_pairs, options=None):
+    def batch_reduce(self, reduce_op: ReduceOp | str,
+                     value_destination_pairs: Sequence[tuple[Any, Destinations]],
+                     options: CommunicationOptions | None = None) -> list[Array | Mirrored]:
         reduce_op = as_reduce_op(reduce_op)
         pairs = normalize_pairs(value_destination_pairs)
         check_reducible("CrossDeviceOps.batch_reduce", reduce_op, [v for v, _ in pairs])
         return self.batch_reduce_implementation(reduce_op, pairs, options)
 
-    def reduce_implementation(self, reduce_op, per_replica_value, destinations, options):
+    def reduce_implementation(self, reduce_op: ReduceOp, per_replica_value: DistributedValues,
+                              destinations: Destinations, options: CommunicationOptions | None
+                              ) -> Array | Mirrored:
         value = as_per_replica(per_replica_value)
         if len(value.values) == 1 and isinstance(value.values[0], np.ndarray) \
                 and all(d.is_cpu for d in resolve_devices(destinations)):
@@ -69,7 +87,8 @@ class CollectiveAllReduce(ReductionToOneDevice):
                 return simple_broadcast(out, destinations, reuse=True)
         return super().reduce_implementation(reduce_op, value, destinations, options)
 
-    def _reduce_host_array(self, reduce_op, send, options):
+    def _reduce_host_array(self, reduce_op: ReduceOp, send: np.ndarray,
+                           options: CommunicationOptions | None) -> np.ndarray | None:
         """One host replica (the one-rank-per-worker layout): MPI reads the replica's array
         and writes a recycled result buffer, with no local copy in between. None for dtypes
         this path does not take (bytes, booleans, complex)."""
@@ -84,7 +103,9 @@ class CollectiveAllReduce(ReductionToOneDevice):
         # Integer MEAN of a 0-d array divides into a NumPy scalar: hand back an array.
         return out if type(out) is np.ndarray else np.asarray(out)
 
-    def all_reduce_host_values(self, reduce_op, arrays, options=None):
+    def all_reduce_host_values(self, reduce_op: ReduceOp, arrays: Sequence[Any],
+                               options: CommunicationOptions | None = None
+                               ) -> list[Array] | None:
         """One replica per rank, the lean path of ``ReplicaContext.all_reduce``: ``arrays``
         (a list of this replica's host ndarrays, already checked) reduced over every worker,
         as new arrays (the inputs are left as they are). A lone array of its dtype is one
@@ -98,7 +119,7 @@ class CollectiveAllReduce(ReductionToOneDevice):
             if type(send) is not np.ndarray or not _alone_ok(send.dtype):
                 return None
             return [self._reduce_host_array(reduce_op, send, options)]
-        by_dtype = {}
+        by_dtype: dict[np.dtype, list[int]] = {}
         for i, a in enumerate(arrays):
             if type(a) is not np.ndarray:
                 return None
@@ -108,25 +129,30 @@ class CollectiveAllReduce(ReductionToOneDevice):
                 return None
         if len(by_dtype) == 1:
             return self._batch_reduce_host_arrays(reduce_op, arrays, arrays[0], options)
-        results = [None] * len(arrays)
+        results: list[Array] = [None] * len(arrays)
         for indices in by_dtype.values():
             group = [arrays[i] for i in indices]
             if len(group) == 1:
-                reduced = [self._reduce_host_array(reduce_op, group[0], options)]
+                reduced: list[Array] = [self._reduce_host_array(reduce_op, group[0], options)]
             else:  # any host array names the one CPU destination results are unpacked to
                 reduced = self._batch_reduce_host_arrays(reduce_op, group, group[0], options)
             for i, r in zip(indices, reduced):
                 results[i] = r
         return results
 
-    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+    def batch_reduce_implementation(self, reduce_op: ReduceOp, value_destination_pairs: Pairs,
+                                    options: CommunicationOptions | None
+                                    ) -> list[Array | Mirrored]:
         pairs = value_destination_pairs
         arrays = _single_host_replicas(pairs)
         if arrays is None:
             return super().batch_reduce_implementation(reduce_op, pairs, options)
         return self._batch_reduce_host_arrays(reduce_op, arrays, pairs[0][1], options)
 
-    def batch_reduce_host_values(self, reduce_op, pairs, options):
+    def batch_reduce_host_values(self, reduce_op: ReduceOp,
+                                 pairs: Sequence[tuple[Any, Destinations]],
+                                 options: CommunicationOptions | None
+                                 ) -> list[Array | Mirrored] | None:
         """One replica per rank: ``(value, destinations)`` pairs whose values are host arrays,
         bare or as one-component PerReplica values, sharing one CPU destination, reduced
         packed in a single pass over the pairs. None when the batch is not of that kind (then
@@ -149,13 +175,17 @@ class CollectiveAllReduce(ReductionToOneDevice):
             return None
         return self._batch_reduce_host_arrays(reduce_op, arrays, destinations, options)
 
-    def all_reduce_packed(self, flat, layout, options=None):
+    def all_reduce_packed(self, flat: Array, layout: FusionLayout,
+                          options: CommunicationOptions | None = None) -> Array:
         """Sum ``flat``, this worker's one replica's tensors packed end to end as ``layout``
         says, over every worker, in place: one collective per pack of ``bytes_per_pack``, the
         packs ``batch_reduce`` sends for the same tensors (so the sums are the same bits)."""
         return self._across_workers(flat, ReduceOp.SUM, options, layout)
 
-    def _batch_reduce_host_arrays(self, reduce_op, arrays, destinations, options):
+    def _batch_reduce_host_arrays(self, reduce_op: ReduceOp, arrays: Sequence[np.ndarray],
+                                  destinations: Destinations,
+                                  options: CommunicationOptions | None
+                                  ) -> list[Array | Mirrored]:
         # The one-replica-per-rank layout: each tensor is packed once (one concatenate) into a
         # recycled buffer that MPI reduces in place; results are views into it.
         dtype = arrays[0].dtype
@@ -167,12 +197,13 @@ class CollectiveAllReduce(ReductionToOneDevice):
             flat = self._across_workers(flat, reduce_op, options, layout)
             if type(destinations) is np.ndarray:  # the one host destination: views of flat
                 return layout.views(flat)
-            results = [None] * len(arrays)
+            results: list[Array | Mirrored] = [None] * len(arrays)
             items = [(i, None) for i in range(len(arrays))]
             self._unpack_to(flat, layout, items, destinations, results, self._fusion)
         return results
 
-    def _ranges(self, layout, itemsize, bytes_per_pack):
+    def _ranges(self, layout: FusionLayout, itemsize: int, bytes_per_pack: int
+                ) -> list[tuple[int, int]]:
         """``_pack_ranges``, cached: a model sends the same layouts every step."""
         key = (layout, itemsize, bytes_per_pack)
         ranges = self._range_cache.get(key)
@@ -182,7 +213,7 @@ class CollectiveAllReduce(ReductionToOneDevice):
             ranges = self._range_cache[key] = _pack_ranges(layout, itemsize, bytes_per_pack)
         return ranges
 
-    def _mean(self, reduced, reduce_op):
+    def _mean(self, reduced: Array, reduce_op: ReduceOp) -> Array:
         if reduce_op is not ReduceOp.MEAN:
             return reduced
         if reduced.dtype.kind == "f":
@@ -190,14 +221,16 @@ class CollectiveAllReduce(ReductionToOneDevice):
             return reduced
         return reduced / self._group_size  # integer MEAN is true division, float64
 
-    def _local_divisor(self, reduce_op, num_local):
+    def _local_divisor(self, reduce_op: ReduceOp, num_local: int) -> int | None:
         return None  # the global count divides once, after the cross-worker sum
 
-    def _merged(self, options):
+    def _merged(self, options: CommunicationOptions | None) -> CommunicationOptions:
         """The strategy's options with the per-call ones merged on (no copy when none)."""
         return self._options if options is None else self._options.merge(options)
 
-    def _across_workers(self, reduced, reduce_op, options, layout=None):
+    def _across_workers(self, reduced: Array, reduce_op: ReduceOp,
+                        options: CommunicationOptions | None,
+                        layout: FusionLayout | None = None) -> Array:
         opts = self._merged(options)
         flat = reduced.reshape(-1)
         if layout is None or len(layout) == 1:
@@ -211,17 +244,19 @@ class CollectiveAllReduce(ReductionToOneDevice):
                     self._all_reduce(flat[lo:hi], opts)
         return self._mean(reduced, reduce_op)
 
-    def _all_reduce(self, buf, opts):
+    def _all_reduce(self, buf: Array, opts: CommunicationOptions) -> None:
         if self._nccl is not None and opts.implementation is not CommunicationImplementation.RING \
                 and not isinstance(buf, np.ndarray):
             self._nccl.all_reduce_sum(buf, timeout=opts.timeout_seconds)
             return
         self._comm.all_reduce(buf, "sum", timeout=opts.timeout_seconds)
 
-    def broadcast_implementation(self, tensor, destinations):
+    def broadcast_implementation(self, tensor: Any, destinations: Destinations
+                                 ) -> Array | Mirrored:
         return simple_broadcast(tensor, destinations)  # every worker already holds its value
 
-    def _gather(self, per_replica_value, destinations, axis, options=None):
+    def _gather(self, per_replica_value: Any, destinations: Destinations, axis: int,
+                options: CommunicationOptions | None = None) -> Array | Mirrored:
         """Concatenate along ``axis`` the components of every replica of every worker."""
         local, ax = self._concat_local(per_replica_value, axis)
         host = np.moveaxis(as_array(local), ax, 0)  # all_gather makes it contiguous
@@ -232,16 +267,16 @@ class CollectiveAllReduce(ReductionToOneDevice):
 _PACKABLE = frozenset(np.dtype(t) for t in ("float32", "float64", "int32", "int64"))
 
 
-def _alone_ok(dtype):
+def _alone_ok(dtype: np.dtype) -> bool:
     """Whether one host array of ``dtype`` can be all-reduced on its own by MPI."""
     return dtype.kind in "fiu" and dtype.itemsize >= 2
 
 
-def _on_host(destinations):
+def _on_host(destinations: Destinations) -> bool:
     return all(d.is_cpu for d in resolve_devices(destinations))
 
 
-def _packable(arrays):
+def _packable(arrays: list[Any]) -> list[np.ndarray] | None:
     """``arrays`` when there are at least two and all are host ndarrays of one packable
     dtype; else None."""
     if len(arrays) < 2:
@@ -256,7 +291,7 @@ def _packable(arrays):
     return arrays
 
 
-def _single_host_replicas(pairs):
+def _single_host_replicas(pairs: Pairs) -> list[np.ndarray] | None:
     """The arrays of a batch whose values each have one host replica of one packable dtype
     and share one CPU destination object; None for any other batch."""
     destinations = pairs[0][1] if pairs else None
@@ -271,7 +306,8 @@ def _single_host_replicas(pairs):
     return _packable(arrays)
 
 
-def _pack_ranges(layout, itemsize, bytes_per_pack):
+def _pack_ranges(layout: FusionLayout, itemsize: int, bytes_per_pack: int
+                 ) -> list[tuple[int, int]]:
     """Element ranges of the flat buffer, one per pack.
 
     TF groups the tensors in reverse order (last layer first) with ``group_by_size``; a group

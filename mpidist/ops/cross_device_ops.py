@@ -4,19 +4,32 @@ Public methods validate and normalise their inputs, take TF's shortcuts, then ca
 ``*_implementation`` hooks that subclasses provide.
 """
 
+from collections.abc import Sequence
+from typing import Any, TypeAlias
+
 import numpy as np
 
 from mpidist.backend import as_array, is_array
+from mpidist.comm.options import CommunicationOptions
 from mpidist.core.messages import short_repr
 from mpidist.errors import InvalidArgumentError
-from mpidist.ops.destinations import resolve_devices, simple_broadcast, validate_destinations
-from mpidist.types import ReduceOp, as_reduce_op
-from mpidist.values.containers import DistributedValues, PerReplica
+from mpidist.ops.destinations import (
+    Destinations,
+    resolve_devices,
+    simple_broadcast,
+    validate_destinations,
+)
+from mpidist.types import Array, ReduceOp, as_reduce_op
+from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
 from mpidist.values.distributed_variables import is_distributed_variable
 
 __all__ = ["CrossDeviceOps", "reduce_non_distributed_value", "as_per_replica",
            "check_same_shapes", "check_value_destination_pair", "normalize_pairs",
-           "check_reducible", "check_pairs_iterable"]
+           "check_reducible", "check_pairs_iterable", "Pairs"]
+
+Pairs: TypeAlias = list[tuple[DistributedValues, Destinations]]
+"""Checked ``(value, destinations)`` pairs of a batch, each value a distributed value
+(``normalize_pairs``): what the ``batch_reduce_implementation`` hooks receive."""
 
 # Dtype kinds SUM and MEAN are defined for: signed/unsigned integers, floats, complex.
 # Booleans are refused: a fused sum of bools is a logical OR in some paths and a count in
@@ -24,7 +37,7 @@ __all__ = ["CrossDeviceOps", "reduce_non_distributed_value", "as_per_replica",
 _REDUCIBLE_KINDS = frozenset("iufc")
 
 
-def _leaf_dtype(x):
+def _leaf_dtype(x: object) -> np.dtype | None:
     dtype = getattr(x, "dtype", None)
     if isinstance(dtype, np.dtype):
         return dtype
@@ -35,7 +48,7 @@ def _leaf_dtype(x):
     return np.asarray(x, dtype=object if x is None else None).dtype
 
 
-def check_reducible(method, reduce_op, value):
+def check_reducible(method: str, reduce_op: ReduceOp, value: Any) -> None:
     """Raise TypeError unless every component of ``value`` has a numeric dtype.
 
     ``value`` is a distributed value, a variable, an array, a number, or a list of those (the
@@ -57,7 +70,7 @@ def check_reducible(method, reduce_op, value):
 
 
 
-def as_per_replica(value):
+def as_per_replica(value: Any) -> DistributedValues:
     """``value`` as a PerReplica of its components (variables give their arrays)."""
     if is_distributed_variable(value):
         return PerReplica([c.storage for c in value.values], value.devices)
@@ -66,7 +79,7 @@ def as_per_replica(value):
     return PerReplica([value])
 
 
-def check_same_shapes(op_name, arrays):
+def check_same_shapes(op_name: str, arrays: Sequence[Any]) -> None:
     shapes = [tuple(np.shape(a)) for a in arrays]
     for i, s in enumerate(shapes[1:], start=1):
         if s != shapes[0]:
@@ -76,7 +89,8 @@ def check_same_shapes(op_name, arrays):
             )
 
 
-def reduce_non_distributed_value(reduce_op, value, destinations, num_replicas_in_sync):
+def reduce_non_distributed_value(reduce_op: ReduceOp, value: Any, destinations: Destinations,
+                                 num_replicas_in_sync: int) -> Any:
     """Reduce a value that is the same on every replica (TF's rules).
 
     All zeros stay zeros; MEAN returns the value; SUM over more than one replica is an error
@@ -102,7 +116,9 @@ def reduce_non_distributed_value(reduce_op, value, destinations, num_replicas_in
 class CrossDeviceOps:
     """Base class: how values on several devices are reduced and broadcast."""
 
-    def reduce(self, reduce_op, per_replica_value, destinations, options=None):
+    def reduce(self, reduce_op: ReduceOp | str, per_replica_value: Any,
+               destinations: Destinations, options: CommunicationOptions | None = None
+               ) -> Array | Mirrored:
         """Reduce ``per_replica_value`` to ``destinations``.
 
         Returns:
@@ -119,7 +135,9 @@ class CrossDeviceOps:
                 return simple_broadcast(value.values[0], destinations)
         return self.reduce_implementation(reduce_op, value, destinations, options)
 
-    def batch_reduce(self, reduce_op, value_destination_pairs, options=None):
+    def batch_reduce(self, reduce_op: ReduceOp | str,
+                     value_destination_pairs: Sequence[tuple[Any, Destinations]],
+                     options: CommunicationOptions | None = None) -> list[Array | Mirrored]:
         """Reduce each ``(value, destinations)`` pair; returns one result per pair, in order."""
         reduce_op = as_reduce_op(reduce_op)
         pairs = normalize_pairs(value_destination_pairs)
@@ -128,28 +146,34 @@ class CrossDeviceOps:
             return [simple_broadcast(v.values[0], d) for v, d in pairs]
         return self.batch_reduce_implementation(reduce_op, pairs, options)
 
-    def broadcast(self, tensor, destinations):
+    def broadcast(self, tensor: Any, destinations: Destinations) -> Array | Mirrored:
         """Copy ``tensor`` to every device of ``destinations``."""
         validate_destinations(destinations)
         return self.broadcast_implementation(tensor, destinations)
 
     # -- hooks ----------------------------------------------------------------------------
-    def reduce_implementation(self, reduce_op, per_replica_value, destinations, options):
+    def reduce_implementation(self, reduce_op: ReduceOp, per_replica_value: DistributedValues,
+                              destinations: Destinations, options: CommunicationOptions | None
+                              ) -> Array | Mirrored:
         raise NotImplementedError(f"{type(self).__name__} must implement reduce_implementation.")
 
-    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+    def batch_reduce_implementation(self, reduce_op: ReduceOp, value_destination_pairs: Pairs,
+                                    options: CommunicationOptions | None
+                                    ) -> list[Array | Mirrored]:
         return [self.reduce_implementation(reduce_op, v, d, options) for v, d in value_destination_pairs]
 
-    def broadcast_implementation(self, tensor, destinations):
+    def broadcast_implementation(self, tensor: Any, destinations: Destinations
+                                 ) -> Array | Mirrored:
         return simple_broadcast(tensor, destinations)
 
-    def _gather(self, per_replica_value, destinations, axis, options=None):
+    def _gather(self, per_replica_value: Any, destinations: Destinations, axis: int,
+                options: CommunicationOptions | None = None) -> Array | Mirrored:
         """Concatenate the components along ``axis`` and place the result on ``destinations``."""
         gathered, _ = self._concat_local(per_replica_value, axis)
         return simple_broadcast(gathered, destinations, reuse=True)
 
     @staticmethod
-    def _concat_local(per_replica_value, axis):
+    def _concat_local(per_replica_value: Any, axis: int) -> tuple[np.ndarray, int]:
         """``(concatenation of the local components along axis, the axis made non-negative)``."""
         value = as_per_replica(per_replica_value)
         arrays = [as_array(v) for v in value.values]
@@ -172,7 +196,7 @@ class CrossDeviceOps:
         return np.concatenate(arrays, axis=ax), ax
 
 
-def check_value_destination_pair(pair):
+def check_value_destination_pair(pair: object) -> None:
     """Raise ValueError unless ``pair`` is a ``(value, destinations)`` tuple."""
     if not isinstance(pair, tuple):
         raise ValueError(
@@ -186,7 +210,7 @@ def check_value_destination_pair(pair):
         )
 
 
-def check_pairs_iterable(value_destination_pairs):
+def check_pairs_iterable(value_destination_pairs: object) -> None:
     """Raise TypeError unless ``value_destination_pairs`` is a list or tuple of pairs."""
     if not isinstance(value_destination_pairs, (list, tuple)):
         raise TypeError(
@@ -196,7 +220,7 @@ def check_pairs_iterable(value_destination_pairs):
         )
 
 
-def normalize_pairs(value_destination_pairs):
+def normalize_pairs(value_destination_pairs: Sequence[tuple[Any, Destinations]]) -> Pairs:
     """Checked pairs with each value as a PerReplica."""
     pairs = []
     checked = set()  # ids of destinations already validated: a batch repeats one object

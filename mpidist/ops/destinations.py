@@ -1,17 +1,24 @@
 """Where a reduction or broadcast result goes: resolving ``destinations`` to devices, and
 placing one value on those devices."""
 
+from typing import Any, TypeAlias
+
 from mpidist.backend import copy_to_device, device_of, is_array
 from mpidist.core.devices import DeviceSpec, parse_device
+from mpidist.types import Array
 from mpidist.values.containers import DistributedValues, Mirrored
 from mpidist.values.variables import Variable
 
-__all__ = ["HOST", "validate_destinations", "resolve_devices", "simple_broadcast"]
+__all__ = ["HOST", "Destinations", "validate_destinations", "resolve_devices", "simple_broadcast"]
 
 HOST = DeviceSpec("CPU", 0)
 
+Destinations: TypeAlias = DistributedValues | Variable | DeviceSpec | str | Array
+"""Where a result goes: the devices of a distributed value or variable, the device of an
+array, or a device named by a DeviceSpec or a string such as ``"/gpu:0"``."""
 
-def validate_destinations(destinations):
+
+def validate_destinations(destinations: Any) -> None:
     """Raise ValueError unless ``destinations`` is a distributed value, a variable, an array or
     a non-empty device string."""
     if isinstance(destinations, (DistributedValues, Variable, DeviceSpec)) or is_array(destinations):
@@ -27,7 +34,7 @@ def validate_destinations(destinations):
     )
 
 
-def resolve_devices(destinations):
+def resolve_devices(destinations: Destinations) -> tuple[DeviceSpec, ...]:
     """The devices (a tuple of DeviceSpecs) that ``destinations`` stands for."""
     if isinstance(destinations, DistributedValues):
         if destinations.devices is not None:
@@ -51,7 +58,8 @@ def resolve_devices(destinations):
     raise AssertionError("unreachable")  # validate_destinations raised
 
 
-def simple_broadcast(value, destinations, reuse=False):
+def simple_broadcast(value: Any, destinations: Destinations, reuse: bool = False
+                     ) -> Array | Mirrored:
     """``value`` copied to each destination device: an array for one device, else a Mirrored.
 
     Args:

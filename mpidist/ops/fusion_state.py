@@ -7,22 +7,40 @@ same destinations; each bucket is packed, reduced and unpacked as one flat buffe
 
 import sys
 import threading
+from collections.abc import Sequence
+from typing import TypeAlias
 
 import numpy as np
 
 from mpidist.backend import as_array, is_array
+from mpidist.core.devices import DeviceSpec
 from mpidist.kernels import KERNEL_DTYPES, BufferPool, FusionLayout
-from mpidist.ops.destinations import resolve_devices
+from mpidist.ops.destinations import Destinations, resolve_devices
+from mpidist.types import Array
+from mpidist.values.containers import DistributedValues
 
-__all__ = ["component_arrays", "bucket_values", "FusionState"]
+__all__ = ["component_arrays", "bucket_values", "FusionState", "BucketKey", "BucketItems",
+           "Shapes"]
+
+BucketKey: TypeAlias = tuple[np.dtype, tuple[DeviceSpec, ...], tuple[DeviceSpec, ...] | None]
+"""What the tensors of one bucket share: dtype, source devices, destination devices (None
+when bucketing by source only)."""
+
+BucketItems: TypeAlias = list[tuple[int, list[Array]]]
+"""The tensors of one bucket, in batch order: ``(index in the batch, component arrays)``."""
+
+Shapes: TypeAlias = tuple[tuple[int, ...], ...]
+"""The shapes of the tensors laid end to end in one fusion buffer."""
 
 
-def component_arrays(value):
+def component_arrays(value: DistributedValues) -> list[Array]:
     """The arrays of a PerReplica's components (scalars become 0-d arrays)."""
     return [v if type(v) is np.ndarray or is_array(v) else as_array(v) for v in value.values]
 
 
-def bucket_values(values, destinations=None):
+def bucket_values(values: Sequence[DistributedValues],
+                  destinations: Sequence[Destinations] | None = None
+                  ) -> tuple[dict[BucketKey, BucketItems], list[int]]:
     """Sort ``values`` into fusable buckets.
 
     Args:
@@ -35,8 +53,10 @@ def bucket_values(values, destinations=None):
         dtype without a kernel, or replicas that disagree in shape or dtype: the per-value path
         reports those).
     """
-    buckets, rest = {}, []
-    resolved = {}  # id(destinations) -> devices: a batch usually repeats one destination object
+    buckets: dict[BucketKey, BucketItems] = {}
+    rest: list[int] = []
+    # id(destinations) -> devices: a batch usually repeats one destination object
+    resolved: dict[int, tuple[DeviceSpec, ...]] = {}
     for i, value in enumerate(values):
         arrays = component_arrays(value)
         first = arrays[0]
@@ -65,13 +85,13 @@ def bucket_values(values, destinations=None):
 class FusionState:
     """Per-instance fusion buffers and layouts; ``lock`` guards the buffers while in use."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pool = BufferPool()
         self.lock = threading.Lock()
-        self._layouts = {}
-        self._results = {}
+        self._layouts: dict[Shapes, FusionLayout] = {}
+        self._results: dict[tuple[np.dtype, int], list[np.ndarray]] = {}
 
-    def host_result(self, length, dtype):
+    def host_result(self, length: int, dtype: np.dtype) -> np.ndarray:
         """A host flat buffer for results handed to the caller.
 
         Results are views into it, so it is only reused once the caller has dropped every one
@@ -90,11 +110,11 @@ class FusionState:
             cached.append(buf)
         return buf
 
-    def layout(self, items):
+    def layout(self, items: BucketItems) -> FusionLayout:
         """The cached FusionLayout of a bucket's tensors (their replica-0 shapes)."""
         return self.layout_of(tuple(arrays[0].shape for _, arrays in items))
 
-    def layout_of(self, shapes):
+    def layout_of(self, shapes: Shapes) -> FusionLayout:
         """The cached FusionLayout of a tuple of shapes."""
         layout = self._layouts.get(shapes)
         if layout is None:

@@ -8,13 +8,17 @@ back: to the other main device, then from each main to the rest of its half. The
 rotate with the pack index, spreading the work.
 """
 
+from collections.abc import Sequence
+
 from mpidist.backend import copy_to_device, device_context
+from mpidist.core.devices import DeviceSpec
 from mpidist.kernels import reduce_n
+from mpidist.types import Array
 
 __all__ = ["main_devices", "hierarchical_copy_sum"]
 
 
-def main_devices(index, n):
+def main_devices(index: int, n: int) -> tuple[list[int], list[int], int, int]:
     """``(group0, group1, g0_main, g1_main)`` for pack ``index`` over ``n`` devices.
 
     For even n this is TF's choice: ``g0_main = index % n``, ``g1_main = (g0_main + n//2) % n``.
@@ -28,18 +32,20 @@ def main_devices(index, n):
     return group0, group1, g0_main, g1_main
 
 
-def _place(x, device):
+def _place(x: Array, device: DeviceSpec) -> Array:
     return copy_to_device(x, device if device.is_gpu else None)
 
 
-def _sum_on(device, arrays, devices, members):
+def _sum_on(device: DeviceSpec, arrays: Sequence[Array], devices: Sequence[DeviceSpec],
+            members: list[int]) -> Array:
     """The sum of ``arrays[m]`` for m in ``members``, computed on ``device``."""
     with device_context(device):
         parts = [arrays[m] if devices[m] == device else _place(arrays[m], device) for m in members]
         return reduce_n(parts)
 
 
-def hierarchical_copy_sum(index, arrays, devices):
+def hierarchical_copy_sum(index: int, arrays: Sequence[Array], devices: Sequence[DeviceSpec]
+                          ) -> list[Array]:
     """Every device's copy of ``sum(arrays)``: ``arrays[j]`` lives on ``devices[j]``.
 
     Returns:

@@ -1,15 +1,18 @@
 """ReductionToOneDevice: gather every component on one device, reduce there, broadcast back."""
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 
 from mpidist.backend import as_array, copy_to_device, device_context, device_of
-from mpidist.core.devices import parse_device
-from mpidist.kernels import pack, reduce_n, reduce_pack
-from mpidist.ops.cross_device_ops import CrossDeviceOps, as_per_replica, check_same_shapes
-from mpidist.ops.destinations import resolve_devices, simple_broadcast
-from mpidist.ops.fusion_state import FusionState, bucket_values
-from mpidist.types import ReduceOp
-from mpidist.values.containers import Mirrored
+from mpidist.comm.options import CommunicationOptions
+from mpidist.core.devices import DeviceSpec, parse_device
+from mpidist.kernels import FusionLayout, pack, reduce_n, reduce_pack
+from mpidist.ops.cross_device_ops import CrossDeviceOps, Pairs, as_per_replica, check_same_shapes
+from mpidist.ops.destinations import Destinations, resolve_devices, simple_broadcast
+from mpidist.ops.fusion_state import BucketItems, FusionState, bucket_values
+from mpidist.types import Array, ReduceOp
+from mpidist.values.containers import DistributedValues, Mirrored
 
 __all__ = ["ReductionToOneDevice"]
 
@@ -28,20 +31,24 @@ class ReductionToOneDevice(CrossDeviceOps):
             function sees each tensor separately, so batches are not fused.
     """
 
-    def __init__(self, reduce_to_device=None, accumulation_fn=None):
+    def __init__(self, reduce_to_device: str | DeviceSpec | None = None,
+                 accumulation_fn: Callable[[list[Array]], Array] | None = None) -> None:
         self.reduce_to_device = parse_device(reduce_to_device) if reduce_to_device is not None else None
         if accumulation_fn is not None and not callable(accumulation_fn):
             raise TypeError(f"accumulation_fn must be callable, got {accumulation_fn!r}.")
         self.accumulation_fn = accumulation_fn
         self._fusion = FusionState()
 
-    def _reduce_device(self, per_replica_value, destinations):
+    def _reduce_device(self, per_replica_value: DistributedValues, destinations: Destinations
+                       ) -> DeviceSpec:
         if self.reduce_to_device is not None:
             return self.reduce_to_device
         devices = resolve_devices(destinations) or resolve_devices(per_replica_value)
         return devices[0]
 
-    def reduce_implementation(self, reduce_op, per_replica_value, destinations, options):
+    def reduce_implementation(self, reduce_op: ReduceOp, per_replica_value: DistributedValues,
+                              destinations: Destinations, options: CommunicationOptions | None
+                              ) -> Array | Mirrored:
         value = as_per_replica(per_replica_value)
         device = self._reduce_device(value, destinations)
         target = device if device.is_gpu else None
@@ -63,22 +70,26 @@ class ReductionToOneDevice(CrossDeviceOps):
         return simple_broadcast(reduced, destinations, reuse=fresh)
 
     # -- hooks for the cross-worker subclass ----------------------------------------------
-    def _local_divisor(self, reduce_op, num_local):
+    def _local_divisor(self, reduce_op: ReduceOp, num_local: int) -> int | None:
         """What the local reduce divides by: the local count for MEAN here, since this op's
         replicas are all local."""
         return num_local if reduce_op is ReduceOp.MEAN else None
 
-    def _across_workers(self, reduced, reduce_op, options, layout=None):
+    def _across_workers(self, reduced: Array, reduce_op: ReduceOp,
+                        options: CommunicationOptions | None,
+                        layout: FusionLayout | None = None) -> Array:
         """Combine this worker's locally reduced buffer with the other workers' (none here)."""
         return reduced
 
-    def batch_reduce_implementation(self, reduce_op, value_destination_pairs, options):
+    def batch_reduce_implementation(self, reduce_op: ReduceOp, value_destination_pairs: Pairs,
+                                    options: CommunicationOptions | None
+                                    ) -> list[Array | Mirrored]:
         pairs = value_destination_pairs
         if self.accumulation_fn is not None or len(pairs) < 2:
             return super().batch_reduce_implementation(reduce_op, pairs, options)
         values = [as_per_replica(v) for v, _ in pairs]
         buckets, rest = bucket_values(values, [d for _, d in pairs])
-        results = [None] * len(pairs)
+        results: list[Array | Mirrored] = [None] * len(pairs)
         for i in rest:
             results[i] = self.reduce_implementation(reduce_op, values[i], pairs[i][1], options)
         for (dtype, sources, _), items in buckets.items():
@@ -92,8 +103,11 @@ class ReductionToOneDevice(CrossDeviceOps):
                                 options)
         return results
 
-    def _reduce_bucket(self, reduce_op, items, sources, device, destinations, dtype, results,
-                       options=None):
+    def _reduce_bucket(self, reduce_op: ReduceOp, items: BucketItems,
+                       sources: tuple[DeviceSpec, ...], device: DeviceSpec,
+                       destinations: Destinations, dtype: np.dtype,
+                       results: list[Array | Mirrored],
+                       options: CommunicationOptions | None = None) -> None:
         """Pack each replica's tensors, reduce the packs in one pass, unpack per destination."""
         layout = self._fusion.layout(items)
         divisor = self._local_divisor(reduce_op, len(sources))
@@ -111,7 +125,9 @@ class ReductionToOneDevice(CrossDeviceOps):
         reduced = self._across_workers(reduced, reduce_op, options, layout)
         self._unpack_to(reduced, layout, items, destinations, results)
 
-    def _pack_and_reduce(self, items, sources, device, dtype, layout, divisor):
+    def _pack_and_reduce(self, items: BucketItems, sources: tuple[DeviceSpec, ...],
+                         device: DeviceSpec, dtype: np.dtype, layout: FusionLayout,
+                         divisor: int | None) -> Array:
         """Pack each replica's tensors on its device, bring the packs together, reduce."""
         with self._fusion.lock:
             flats = []
@@ -127,7 +143,9 @@ class ReductionToOneDevice(CrossDeviceOps):
                 return reduce_n(flats, divisor=divisor)
 
     @staticmethod
-    def _unpack_to(reduced, layout, items, destinations, results, fusion=None):
+    def _unpack_to(reduced: Array, layout: FusionLayout, items: Sequence[tuple[int, object]],
+                   destinations: Destinations, results: list[Array | Mirrored],
+                   fusion: FusionState | None = None) -> None:
         if fusion is not None and all(d.is_cpu for d in resolve_devices(destinations)):
             placed = _host_copies(reduced, destinations, fusion)
         else:
@@ -141,7 +159,8 @@ class ReductionToOneDevice(CrossDeviceOps):
             results[i] = Mirrored([views[k] for views in per_device], placed.devices)
 
 
-def _host_copies(reduced, destinations, fusion):
+def _host_copies(reduced: np.ndarray, destinations: Destinations, fusion: FusionState
+                 ) -> np.ndarray | Mirrored:
     """``reduced`` for the first CPU destination, a recycled copy for each further one."""
     devices = resolve_devices(destinations)
     if len(devices) == 1:
@@ -154,7 +173,7 @@ def _host_copies(reduced, destinations, fusion):
     return Mirrored(copies, devices)
 
 
-def _common_dtype(arrays):
+def _common_dtype(arrays: list[Array]) -> list[Array]:
     """Replicas that disagree in dtype are summed in their common type, as NumPy would."""
     dtype = np.result_type(*[a.dtype for a in arrays])
     return [a.astype(dtype, copy=False) for a in arrays]

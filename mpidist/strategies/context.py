@@ -4,7 +4,13 @@
 ``mpidist.strategies.strategy``, beside the scope and StrategyExtended they work on.
 """
 
+from typing import TYPE_CHECKING, NoReturn
+
 from mpidist.core import state
+
+if TYPE_CHECKING:
+    from mpidist.strategies.replica_context import ReplicaContext
+    from mpidist.strategies.strategy import Strategy
 
 __all__ = [
     "get_strategy",
@@ -16,33 +22,33 @@ __all__ = [
 ]
 
 
-def get_strategy():
+def get_strategy() -> "Strategy":
     """The current strategy: the innermost ``scope()``'s, else the default strategy."""
     return state.current_mode().strategy
 
 
-def has_strategy():
+def has_strategy() -> bool:
     """Whether a strategy other than the default one is current."""
     return not state.current_mode().is_default
 
 
-def get_replica_context():
+def get_replica_context() -> "ReplicaContext | None":
     """The current ReplicaContext, or None in cross-replica context."""
     return state.current_mode().replica_context
 
 
-def in_cross_replica_context():
+def in_cross_replica_context() -> bool:
     """True inside ``strategy.scope()`` (and in merge_call / update functions), outside ``run``."""
     return state.current_mode().cross_replica is not None
 
 
-def wrong_strategy_scope(strategy, mode):
+def wrong_strategy_scope(strategy: "Strategy", mode: state.Mode) -> NoReturn:
     if mode.is_default:
         raise RuntimeError(f'Need to be inside "with strategy.scope()" for {strategy}')
     raise RuntimeError(f"Mixing different mpidist.Strategy objects: {mode.strategy} is not {strategy}")
 
 
-def require_replica_context(replica_ctx):
+def require_replica_context(replica_ctx: "ReplicaContext") -> None:
     """Raise unless ``replica_ctx`` is the current replica context."""
     mode = state.current_mode()
     if mode.replica_context is replica_ctx:

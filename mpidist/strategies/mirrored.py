@@ -6,7 +6,10 @@ device and follow TF's ON_WRITE / ON_READ aggregation rules.
 """
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy.typing as npt
 
 from mpidist.backend import device_context, num_gpus
 from mpidist.backend.threads import cap_replica_threads
@@ -14,34 +17,43 @@ from mpidist.config import get_config
 from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.comm.nccl import nccl_module
+from mpidist.comm.options import CommunicationOptions
+from mpidist.data.distributed import InputWorkers
 from mpidist.ops.all_reduce import HierarchicalCopyAllReduce, NcclAllReduce
 from mpidist.ops.cross_device_ops import (
     CrossDeviceOps,
     as_per_replica,
     reduce_non_distributed_value,
 )
+from mpidist.ops.destinations import Destinations
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
 from mpidist.strategies.one_replica import PLAIN_TYPES, call_one_replica, is_plain
 from mpidist.strategies.replica_context import ReplicaContext
 from mpidist.strategies.replica_threads import ReplicaRunner
 from mpidist.strategies.strategy import Strategy, StrategyExtended
-from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
+from mpidist.types import Array, ReduceOp, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
 from mpidist.values.distributed_variables import MirroredVariable, SyncOnReadVariable
 from mpidist.values.regroup import regroup, select_replica
-from mpidist.values.variables import Variable, as_aggregation, as_synchronization, initial_array
+from mpidist.values.variables import (
+    Shape,
+    Variable,
+    as_aggregation,
+    as_synchronization,
+    initial_array,
+)
 
 __all__ = ["MirroredExtended", "MirroredStrategy", "select_cross_device_ops"]
 
 
-def _default_devices():
+def _default_devices() -> list[DeviceSpec]:
     gpus = num_gpus()
     if gpus:
         return [DeviceSpec("GPU", i) for i in range(gpus)]
     return [DeviceSpec("CPU", 0)]
 
 
-def select_cross_device_ops(devices):
+def select_cross_device_ops(devices: Sequence[DeviceSpec]) -> CrossDeviceOps:
     """The default CrossDeviceOps for ``devices``: NCCL between GPUs where NCCL loads, else
     hierarchical copies between GPUs; ReductionToOneDevice when any device is a CPU."""
     if devices and all(d.is_gpu for d in devices):
@@ -51,7 +63,7 @@ def select_cross_device_ops(devices):
     return ReductionToOneDevice()
 
 
-def _check_devices(devices):
+def _check_devices(devices: object) -> list[DeviceSpec]:
     if isinstance(devices, str):
         devices = [devices]
     if not isinstance(devices, (list, tuple)):
@@ -91,7 +103,8 @@ class MirroredStrategy(Strategy):
             ReductionToOneDevice when any device is a CPU (see ``select_cross_device_ops``).
     """
 
-    def __init__(self, devices=None, cross_device_ops=None):
+    def __init__(self, devices: Sequence[str | DeviceSpec] | str | None = None,
+                 cross_device_ops: CrossDeviceOps | None = None) -> None:
         specs = _default_devices() if devices is None else _check_devices(devices)
         cap_replica_threads(specs, get_config().cpu_threads)  # BLAS threads per CPU replica
         if cross_device_ops is None:
@@ -104,7 +117,7 @@ class MirroredStrategy(Strategy):
         super().__init__(MirroredExtended(self, specs, cross_device_ops))
         self._init_args = (devices, cross_device_ops)
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict[int, Any]) -> "MirroredStrategy":
         return MirroredStrategy(*self._init_args)
 
 
@@ -112,21 +125,22 @@ class MirroredExtended(StrategyExtended):
     """The StrategyExtended of MirroredStrategy (and, below MultiWorkerMirroredStrategy's, of
     every worker): one replica per local device, values combined by a CrossDeviceOps."""
 
-    def __init__(self, container_strategy, devices, cross_device_ops):
+    def __init__(self, container_strategy: Strategy, devices: Sequence[DeviceSpec],
+                 cross_device_ops: CrossDeviceOps) -> None:
         super().__init__(container_strategy, devices)
         self._cross_device_ops = cross_device_ops
         self._runner = ReplicaRunner(container_strategy, self._device_specs, self._make_replica_context)
 
-    def _input_workers(self):
+    def _input_workers(self) -> InputWorkers:
         return dataclasses.replace(super()._input_workers(), per_replica_allowed=True)
 
-    def _make_replica_context(self, index):
+    def _make_replica_context(self, index: int) -> ReplicaContext:
         # ids are global; components are indexed locally
         return ReplicaContext.for_replica(self._container_strategy(),
                                           index + self._replica_id_offset(), index)
 
     # -- run ------------------------------------------------------------------------------
-    def _check_distributed_args(self, args, kwargs):
+    def _check_distributed_args(self, args: Any, kwargs: Any) -> None:
         n = len(self._device_specs)
         for leaf in nest.flatten((args, kwargs)):
             if isinstance(leaf, DistributedValues) and len(leaf.values) != n:
@@ -135,14 +149,16 @@ class MirroredExtended(StrategyExtended):
                     f"strategy with {n} local replicas; make one component per replica."
                 )
 
-    def _call_for_each_replica(self, fn, args, kwargs):
+    def _call_for_each_replica(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                               kwargs: dict[str, Any]) -> Any:
         if len(self._device_specs) == 1:
             return self._call_one_replica(fn, args, kwargs)
         self._check_distributed_args(args, kwargs)
         results = self._runner.run(fn, args, kwargs)
         return regroup(tuple(results), PerReplica, self._device_specs)
 
-    def _call_one_replica(self, fn, args, kwargs):
+    def _call_one_replica(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> Any:
         if not is_plain(args, kwargs):
             self._check_distributed_args(args, kwargs)
         result = call_one_replica(self._make_replica_context(0), self._device_specs[0], fn,
@@ -156,7 +172,8 @@ class MirroredExtended(StrategyExtended):
         return regroup((result,), PerReplica, self._device_specs)
 
     # -- reductions -----------------------------------------------------------------------
-    def _reduce_to(self, reduce_op, value, destinations, options):
+    def _reduce_to(self, reduce_op: ReduceOp, value: Any, destinations: Destinations,
+                   options: CommunicationOptions | None) -> Any:
         if isinstance(value, DistributedValues) and len(value.values) != len(self._device_specs):
             self._check_distributed_args((value,), {})  # raises: one component per replica
         if isinstance(value, SyncOnReadVariable):
@@ -173,7 +190,8 @@ class MirroredExtended(StrategyExtended):
             return reduce_non_distributed_value(reduce_op, value, destinations, self._num_replicas_in_sync)
         return self._cross_device_ops.reduce(reduce_op, value, destinations, options)
 
-    def _batch_reduce_to(self, reduce_op, pairs, options):
+    def _batch_reduce_to(self, reduce_op: ReduceOp, pairs: Sequence[tuple[Any, Destinations]],
+                         options: CommunicationOptions | None) -> list[Any]:
         converted = []
         n = len(self._device_specs)
         for v, d in pairs:
@@ -187,10 +205,10 @@ class MirroredExtended(StrategyExtended):
             converted.append((v, d))
         return self._cross_device_ops.batch_reduce(reduce_op, converted, options)
 
-    def _broadcast_to(self, tensor, destinations):
+    def _broadcast_to(self, tensor: Any, destinations: Destinations) -> Array | Mirrored:
         return self._cross_device_ops.broadcast(tensor, destinations)
 
-    def _gather(self, value, axis):
+    def _gather(self, value: Any, axis: int) -> Any:
         if isinstance(value, SyncOnReadVariable):
             value = as_per_replica(value)
         if not isinstance(value, DistributedValues):
@@ -198,11 +216,13 @@ class MirroredExtended(StrategyExtended):
         device = state.current_device() or self._host_device()
         return self._cross_device_ops._gather(value, device, axis)
 
-    def all_gather_leaves(self, per_leaf: list, axis: int, options: Any = None) -> list:
+    def all_gather_leaves(self, per_leaf: list[Any], axis: int,
+                          options: CommunicationOptions | None = None) -> list[Any]:
         return [self._cross_device_ops._gather(v, v, axis, options) for v in per_leaf]
 
     # -- updates --------------------------------------------------------------------------
-    def _update(self, var, fn, args, kwargs, group):
+    def _update(self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...],
+                kwargs: dict[str, Any], group: bool) -> Any:
         if not isinstance(var, DistributedValues):
             result = fn(var, *args, **kwargs)
             return result if group else nest.map_structure(lambda x: (x,), result)
@@ -216,10 +236,13 @@ class MirroredExtended(StrategyExtended):
         return nest.map_structure(self._local_results, regrouped)
 
     # -- variables ------------------------------------------------------------------------
-    def create_variable(self, initial_value=None, trainable=None, name=None, dtype=None,
-                        synchronization=VariableSynchronization.AUTO,
-                        aggregation=VariableAggregation.NONE, shape=None,
-                        device=None) -> MirroredVariable | SyncOnReadVariable:
+    def create_variable(
+            self, initial_value: Any = None, trainable: bool | None = None,
+            name: str | None = None, dtype: npt.DTypeLike | None = None,
+            synchronization: VariableSynchronization | int = VariableSynchronization.AUTO,
+            aggregation: VariableAggregation | str = VariableAggregation.NONE,
+            shape: Shape | None = None, device: str | DeviceSpec | None = None,
+    ) -> MirroredVariable | SyncOnReadVariable:
         """A MirroredVariable (ON_WRITE, the default) or SyncOnReadVariable (ON_READ) with one
         component per local device (or per device of the variable in ``colocate_vars_with``),
         all starting from the same value. In replica context every replica asks and replica
@@ -227,7 +250,7 @@ class MirroredExtended(StrategyExtended):
         mode = state.current_mode()
         if mode.replica_context is not None and len(self._device_specs) > 1:
             # Every replica asks; the variable is created once, from replica 0's arguments.
-            def create(strategy, initial):
+            def create(strategy: Strategy, initial: Any) -> MirroredVariable | SyncOnReadVariable:
                 first = initial.values[0] if isinstance(initial, PerReplica) else initial
                 return self.create_variable(first, trainable, name, dtype, synchronization,
                                             aggregation, shape)
@@ -264,11 +287,11 @@ class MirroredExtended(StrategyExtended):
         cls = SyncOnReadVariable if synchronization is VariableSynchronization.ON_READ else MirroredVariable
         return cls(self._container_strategy(), components, aggregation)
 
-    def _initial_value_for_workers(self, initial):
+    def _initial_value_for_workers(self, initial: Array) -> Array:
         """The value every copy starts from; one process has nothing to agree on."""
         return initial
 
-    def read_var(self, v):
+    def read_var(self, v: Any) -> Any:
         if isinstance(v, Variable):
             with self._container_strategy().scope():
                 return v.value()

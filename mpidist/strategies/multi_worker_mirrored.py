@@ -5,6 +5,7 @@ rank); values cross ranks through CollectiveAllReduce over the world communicato
 numbers are those of a MirroredStrategy with the same total replicas.
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,10 +27,12 @@ from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.core.user_calls import user_call
 from mpidist.data.distributed import InputWorkers
 from mpidist.logs import get_logger
+from mpidist.kernels.layout import FusionLayout
 from mpidist.ops.collective_all_reduce import CollectiveAllReduce
+from mpidist.ops.destinations import Destinations
 from mpidist.strategies.mirrored import MirroredExtended
 from mpidist.strategies.strategy import Strategy
-from mpidist.types import ReduceOp
+from mpidist.types import Array, ReduceOp
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
 
 __all__ = ["MultiWorkerMirroredStrategy"]
@@ -52,7 +55,8 @@ class MultiWorkerMirroredStrategy(Strategy):
             timeout and implementation for every collective; per-call options merge onto them.
     """
 
-    def __init__(self, cluster_resolver=None, communication_options=None):
+    def __init__(self, cluster_resolver: ClusterResolver | None = None,
+                 communication_options: CommunicationOptions | None = None) -> None:
         if communication_options is None:
             communication_options = CommunicationOptions()
         if not isinstance(communication_options, CommunicationOptions):
@@ -71,11 +75,12 @@ class MultiWorkerMirroredStrategy(Strategy):
         super().__init__(extended)
         self._init_args = (cluster_resolver, communication_options)
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict[int, Any]) -> "MultiWorkerMirroredStrategy":
         return MultiWorkerMirroredStrategy(*self._init_args)
 
 
-def _worker_identity(resolver, comm):
+def _worker_identity(resolver: ClusterResolver, comm: Communicator
+                     ) -> tuple[str, int, int, bool]:
     """``(task_type, task_id, worker_id, is_chief)`` of this rank, checked against MPI."""
     spec = resolver.cluster_spec()
     if not spec:
@@ -94,7 +99,8 @@ def _worker_identity(resolver, comm):
     return task_type, task_id, worker_id, is_chief(spec, task_type, task_id)
 
 
-def _local_devices(resolver, comm, task_type, task_id):
+def _local_devices(resolver: ClusterResolver, comm: Communicator, task_type: str, task_id: int
+                   ) -> list[DeviceSpec]:
     if isinstance(resolver, MPIClusterResolver):
         specs = [parse_device(d) for d in resolver.local_devices()]
     else:
@@ -105,7 +111,10 @@ def _local_devices(resolver, comm, task_type, task_id):
 
 
 class _MultiWorkerExtended(MirroredExtended):
-    def __init__(self, container_strategy, resolver, options):
+    _cross_device_ops: CollectiveAllReduce  # the one __init__ gives MirroredExtended
+
+    def __init__(self, container_strategy: Strategy, resolver: ClusterResolver,
+                 options: CommunicationOptions) -> None:
         comm = world_communicator()
         task_type, task_id, worker_id, chief = _worker_identity(resolver, comm)
         devices = _local_devices(resolver, comm, task_type, task_id)
@@ -131,10 +140,10 @@ class _MultiWorkerExtended(MirroredExtended):
                  "on" if nccl is not None else "off", threads if threads else "unchanged")
 
     @property
-    def _num_replicas_in_sync(self):
+    def _num_replicas_in_sync(self) -> int:
         return self._global_replicas
 
-    def _replica_id_offset(self):
+    def _replica_id_offset(self) -> int:
         return self._offset
 
     # -- communication across workers -----------------------------------------------------
@@ -150,19 +159,19 @@ class _MultiWorkerExtended(MirroredExtended):
 
     # -- roles ----------------------------------------------------------------------------
     @property
-    def should_checkpoint(self):
+    def should_checkpoint(self) -> bool:
         return self._is_chief
 
     @property
-    def should_save_summary(self):
+    def should_save_summary(self) -> bool:
         return self._is_chief
 
     @property
-    def experimental_between_graph(self):
+    def experimental_between_graph(self) -> bool:
         return True
 
     # -- input ----------------------------------------------------------------------------
-    def _input_workers(self):
+    def _input_workers(self) -> InputWorkers:
         """Every rank is a worker reading its share; the world communicator agrees end of data
         and shuffle seeds."""
         return InputWorkers(devices=self._device_specs, num_workers=self._num_workers,
@@ -172,12 +181,14 @@ class _MultiWorkerExtended(MirroredExtended):
                             uniform=self._same_replicas_everywhere)
 
     # -- values from one worker -----------------------------------------------------------
-    def _reduce_to(self, reduce_op, value, destinations, options):
+    def _reduce_to(self, reduce_op: ReduceOp, value: Any, destinations: Destinations,
+                   options: CommunicationOptions | None) -> Any:
         if self._num_workers > 1 and not isinstance(value, DistributedValues):
             return self._reduce_worker_value(reduce_op, value, destinations, options)
         return super()._reduce_to(reduce_op, value, destinations, options)
 
-    def _reduce_worker_value(self, reduce_op, value, destinations, options):
+    def _reduce_worker_value(self, reduce_op: ReduceOp, value: Any, destinations: Destinations,
+                             options: CommunicationOptions | None) -> Array | Mirrored:
         """A plain value is this worker's own (as in TF): SUM adds the workers' values, MEAN
         averages them. (TF divides by the replica count instead, which is the same with one
         replica per worker and wrong with more.)"""
@@ -189,7 +200,8 @@ class _MultiWorkerExtended(MirroredExtended):
             return Mirrored([v / self._num_workers for v in summed.values], summed.devices)
         return summed / self._num_workers
 
-    def _batch_reduce_to(self, reduce_op, pairs, options):
+    def _batch_reduce_to(self, reduce_op: ReduceOp, pairs: Sequence[tuple[Any, Destinations]],
+                         options: CommunicationOptions | None) -> list[Any]:
         if self._num_workers > 1 and len(self._device_specs) == 1:
             # One replica per rank: strategy.run (and a replica's all_reduce) hands over bare
             # arrays, and each is that replica's value. Host values go packed straight away;
@@ -203,14 +215,16 @@ class _MultiWorkerExtended(MirroredExtended):
                      for v, d in pairs]
         return super()._batch_reduce_to(reduce_op, pairs, options)
 
-    def all_reduce_one_replica(self, reduce_op, arrays, options=None):
+    def all_reduce_one_replica(self, reduce_op: ReduceOp, arrays: list[Array],
+                               options: CommunicationOptions | None = None
+                               ) -> list[Array] | None:
         """One replica per rank: this replica's host arrays go straight to the communicator
         (see ``StrategyExtended.all_reduce_one_replica``)."""
         if len(self._device_specs) != 1 or self._num_workers == 1:
             return None
         return self._cross_device_ops.all_reduce_host_values(reduce_op, arrays, options)
 
-    def all_reduce_packed(self, flat, layout):
+    def all_reduce_packed(self, flat: Array, layout: FusionLayout) -> bool:
         """The lean path of one replica per rank: sum this replica's packed host buffer
         ``flat`` (tensors laid out by ``layout``) over all replicas, in place. False where the
         layout is not one host replica per rank (use ``ReplicaContext.all_reduce`` then)."""
@@ -219,7 +233,7 @@ class _MultiWorkerExtended(MirroredExtended):
         self._cross_device_ops.all_reduce_packed(flat, layout)
         return True
 
-    def _gather(self, value, axis):
+    def _gather(self, value: Any, axis: int) -> Any:
         if self._num_workers > 1 and not isinstance(value, DistributedValues):
             value = PerReplica([as_array(value)], self._device_specs[:1])
         return super()._gather(value, axis)
@@ -229,12 +243,12 @@ class _MultiWorkerExtended(MirroredExtended):
         takes each worker's own first replica, so the workers' copies drift apart.)"""
         return self._from_chief(super().first_replica_value(value))
 
-    def _initial_value_for_workers(self, initial):
+    def _initial_value_for_workers(self, initial: Array) -> Array:
         """Every worker starts from the chief's value, whatever its own initializer drew."""
         with user_call("Variable creation"):  # collective: every rank creates each variable
             return self._from_chief(initial)
 
-    def _from_chief(self, value):
+    def _from_chief(self, value: Any) -> Any:
         """A copy of the chief's ``value`` on every worker (``value`` itself with one worker)."""
         if self._num_workers == 1:
             return value
@@ -243,7 +257,8 @@ class _MultiWorkerExtended(MirroredExtended):
                                     timeout=self._communication_options.timeout_seconds)
 
 
-def _nccl_group(comm, devices, options):
+def _nccl_group(comm: Communicator, devices: Sequence[DeviceSpec],
+                options: CommunicationOptions) -> RankNcclGroup | None:
     """An NCCL communicator across ranks where it applies: GPU replicas and NCCL (asked for,
     or AUTO with NCCL loadable); CPU replicas always use MPI, as TF falls back to RING."""
     implementation = options.implementation

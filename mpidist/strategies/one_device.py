@@ -1,9 +1,11 @@
 """OneDeviceStrategy: one replica on one named device."""
 
+from collections.abc import Callable
 from typing import Any
 
 from mpidist.backend import num_gpus
-from mpidist.core.devices import parse_device
+from mpidist.core.devices import DeviceSpec, parse_device
+from mpidist.ops.destinations import Destinations
 from mpidist.strategies.one_replica import call_one_replica
 from mpidist.strategies.replica_context import ReplicaContext
 from mpidist.strategies.single_replica import SingleReplicaExtended
@@ -19,7 +21,7 @@ class OneDeviceStrategy(Strategy):
     Variables created in its scope are plain Variables placed on the device.
     """
 
-    def __init__(self, device):
+    def __init__(self, device: str | DeviceSpec) -> None:
         spec = parse_device(device)
         if spec.is_gpu and spec.device_index >= num_gpus():
             raise ValueError(
@@ -29,21 +31,24 @@ class OneDeviceStrategy(Strategy):
         super().__init__(_OneDeviceExtended(self, spec))
         self._device_arg = device
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict[int, Any]) -> "OneDeviceStrategy":
         return OneDeviceStrategy(self._device_arg)
 
 
 class _OneDeviceExtended(SingleReplicaExtended):
-    def __init__(self, container_strategy, device):
+    _device: DeviceSpec
+
+    def __init__(self, container_strategy: Strategy, device: DeviceSpec) -> None:
         super().__init__(container_strategy, devices=(device,))
         self._device = device
 
-    def _call_for_each_replica(self, fn, args, kwargs):
+    def _call_for_each_replica(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                               kwargs: dict[str, Any]) -> Any:
         # A new context per run, as TF makes one: a context kept from an earlier run is stale.
         ctx = ReplicaContext.for_replica(self._container_strategy(), 0, 0)
         return call_one_replica(ctx, self._device, fn, args, kwargs)
 
-    def _broadcast_to(self, tensor, destinations):
+    def _broadcast_to(self, tensor: Any, destinations: Destinations) -> Any:
         return tensor
 
     def create_variable(self, *args: Any, **kwargs: Any) -> Variable:
@@ -51,5 +56,5 @@ class _OneDeviceExtended(SingleReplicaExtended):
         kwargs["device"] = self._device
         return Variable.plain(*args, distribute_strategy=self._container_strategy(), **kwargs)
 
-    def _host_device(self):
+    def _host_device(self) -> DeviceSpec:
         return self._device if self._device.is_cpu else super()._host_device()

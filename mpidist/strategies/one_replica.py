@@ -5,10 +5,15 @@ The replica runs on the calling thread. Its arguments are walked for distributed
 when some top-level argument could hold one; arrays and numbers cannot.
 """
 
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
 import numpy as np
 
 from mpidist.backend import device_context
 from mpidist.core import state
+from mpidist.core.devices import DeviceSpec
+from mpidist.strategies.replica_context import ReplicaContext
 from mpidist.values.regroup import select_replica
 
 __all__ = ["PLAIN_TYPES", "is_plain", "call_one_replica"]
@@ -18,7 +23,7 @@ PLAIN_TYPES = frozenset((np.ndarray, int, float, complex, bool, str, type(None),
                          np.float32, np.float64, np.int32, np.int64))
 
 
-def is_plain(args, kwargs):
+def is_plain(args: Sequence[Any], kwargs: Mapping[str, Any] | None) -> bool:
     """Whether no argument can hold a distributed value (so none needs unwrapping)."""
     for v in args:
         if type(v) not in PLAIN_TYPES:
@@ -30,7 +35,8 @@ def is_plain(args, kwargs):
     return True
 
 
-def call_one_replica(ctx, device, fn, args, kwargs):
+def call_one_replica(ctx: ReplicaContext, device: DeviceSpec | None, fn: Callable[..., Any],
+                     args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """``fn(*args, **kwargs)`` as the one local replica: under ``ctx`` (its ReplicaContext),
     placed on ``device``, with distributed arguments replaced by their one component."""
     if not is_plain(args, kwargs):

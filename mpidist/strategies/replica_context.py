@@ -1,16 +1,23 @@
 """ReplicaContext: what the function given to ``strategy.run`` sees of its replica."""
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Self
+
 import numpy as np
 
 from mpidist.backend import as_array
+from mpidist.comm.options import CommunicationOptions
 from mpidist.core import nest, state
 from mpidist.core.user_calls import user_call
 from mpidist.ops.cross_device_ops import check_reducible
 from mpidist.strategies.context import require_replica_context
-from mpidist.types import as_reduce_op
+from mpidist.types import ReduceOp, as_reduce_op
 from mpidist.values.containers import DistributedValues, PerReplica
 from mpidist.values.distributed_variables import is_distributed_variable
 from mpidist.values.regroup import contains_distributed, select_replica
+
+if TYPE_CHECKING:
+    from mpidist.strategies.strategy import Strategy
 
 __all__ = ["ReplicaContext"]
 
@@ -21,14 +28,16 @@ class _Contribution:
 
     __slots__ = ("flat",)
 
-    def __init__(self, flat):
+    def __init__(self, flat: list[Any]) -> None:
         self.flat = flat
 
 
-def _per_leaf(boxes):
+def _per_leaf(boxes: PerReplica | _Contribution) -> list[Any]:
     """Turn the regrouped contributions into one value per leaf: a PerReplica of the replicas'
     leaves (on the replicas' devices), or the leaf itself when this worker has one replica."""
-    contributions = boxes.values if isinstance(boxes, PerReplica) else (boxes,)
+    if not isinstance(boxes, PerReplica):
+        return list(boxes.flat)
+    contributions = boxes.values
     if len(contributions) == 1:
         return list(contributions[0].flat)
     return [PerReplica([c.flat[k] for c in contributions], boxes.devices)
@@ -48,7 +57,8 @@ class ReplicaContext:
             A plain attribute: distributed variables read it on every access in a replica.
     """
 
-    def __init__(self, strategy, replica_id_in_sync_group):
+    def __init__(self, strategy: "Strategy",
+                 replica_id_in_sync_group: int | np.integer | np.ndarray | None) -> None:
         rid = replica_id_in_sync_group
         if isinstance(rid, np.ndarray) and rid.ndim == 0 and rid.dtype.kind in "iu":
             rid = int(rid)
@@ -60,11 +70,11 @@ class ReplicaContext:
         self._strategy = strategy
         self._replica_id = None if rid is None else int(rid)
         self.local_replica_id = self._replica_id or 0
-        self._coordinator = None  # set by a multi-replica runner: it performs merge_calls
-        self._mode = None  # made on first entry
+        self._coordinator: Any = None  # set by a multi-replica runner: it performs merge_calls
+        self._mode: state.Mode | None = None  # made on first entry
 
     @classmethod
-    def for_replica(cls, strategy, replica_id, local_replica_id):
+    def for_replica(cls, strategy: "Strategy", replica_id: int, local_replica_id: int) -> Self:
         """The context a strategy makes for one replica of a ``run``: ``replica_id`` among all
         replicas in sync, ``local_replica_id`` among this worker's (both ints it computed, so
         the user-facing validation of ``__init__`` is skipped on this per-step path)."""
@@ -76,7 +86,7 @@ class ReplicaContext:
         ctx._mode = None
         return ctx
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         mode = self._mode
         if mode is None:
             mode = self._mode = state.Mode(
@@ -85,28 +95,30 @@ class ReplicaContext:
         state.push_mode(mode)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         state.pop_mode(self._mode)
         return False
 
     @property
-    def strategy(self):
+    def strategy(self) -> "Strategy":
         return self._strategy
 
     @property
-    def num_replicas_in_sync(self):
+    def num_replicas_in_sync(self) -> int:
         return self._strategy.num_replicas_in_sync
 
     @property
-    def replica_id_in_sync_group(self):
+    def replica_id_in_sync_group(self) -> np.int32 | int:
         """This replica's id, an int32 scalar array (the default replica context gives int 0)."""
-        return np.int32(self._replica_id)
+        # A context made with replica_id_in_sync_group=None has no id: this raises, as TF's does.
+        return np.int32(self._replica_id)  # type: ignore[arg-type]
 
     @property
-    def devices(self):
+    def devices(self) -> tuple[str, ...]:
         return (self._strategy.extended.worker_devices[self.local_replica_id],)
 
-    def merge_call(self, merge_fn, args=(), kwargs=None):
+    def merge_call(self, merge_fn: Callable[..., Any], args: Sequence[Any] = (),
+                   kwargs: dict[str, Any] | None = None) -> Any:
         """Run ``merge_fn(strategy, *args, **kwargs)`` once, in cross-replica context.
 
         Every replica must call it. Arguments that differ between replicas arrive as PerReplica
@@ -131,7 +143,8 @@ class ReplicaContext:
             return self._coordinator.merge_call(self.local_replica_id, merge_fn, args, kwargs)
         return self._merge_call_here(merge_fn, args, kwargs)
 
-    def _merge_call_here(self, merge_fn, args, kwargs):
+    def _merge_call_here(self, merge_fn: Callable[..., Any], args: Sequence[Any],
+                         kwargs: dict[str, Any]) -> Any:
         strategy = self._strategy
         mode = state.Mode(strategy, cross_replica=strategy.extended,
                           is_default=strategy.is_default)
@@ -143,10 +156,11 @@ class ReplicaContext:
         # The one local replica gets its component, as each thread does with several.
         return select_replica(0, merged) if contains_distributed(merged) else merged
 
-    def _is_single_replica(self):
+    def _is_single_replica(self) -> bool:
         return self._strategy.num_replicas_in_sync == 1
 
-    def all_reduce(self, reduce_op, value, options=None):
+    def all_reduce(self, reduce_op: ReduceOp | str, value: Any,
+                   options: CommunicationOptions | None = None) -> Any:
         """Reduce ``value`` (a nest of arrays) across all replicas; every replica gets the result.
 
         Integer MEAN gives float64, as true division does.
@@ -157,7 +171,7 @@ class ReplicaContext:
         reduce_op = as_reduce_op(reduce_op)
         require_replica_context(self)
         # The common values, one array or a flat list / tuple of them, skip the nest walk.
-        kind = type(value)
+        kind: type | None = type(value)
         if kind is np.ndarray:
             leaves = [value]
         elif (kind is list or kind is tuple) and all(type(v) is np.ndarray for v in value):
@@ -185,7 +199,8 @@ class ReplicaContext:
             # One replica on this worker: straight to the communicator, no merge_call.
             reduced = self._strategy.extended.all_reduce_one_replica(reduce_op, leaves, options)
             if reduced is None:
-                def merge_fn(strategy, boxes):
+                def merge_fn(strategy: "Strategy", boxes: PerReplica | _Contribution
+                             ) -> list[Any]:
                     return strategy.extended.all_reduce_leaves(reduce_op, _per_leaf(boxes),
                                                                options)
 
@@ -198,7 +213,8 @@ class ReplicaContext:
             return tuple(reduced)
         return nest.pack_sequence_as(value, reduced)
 
-    def all_gather(self, value, axis, options=None):
+    def all_gather(self, value: Any, axis: int, options: CommunicationOptions | None = None
+                   ) -> Any:
         """Concatenate ``value`` (a nest of arrays) from all replicas along ``axis``, in replica
         order; sizes along ``axis`` may differ. Every replica gets the full result.
         Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
@@ -215,7 +231,7 @@ class ReplicaContext:
         if self._is_single_replica():
             return value
 
-        def merge_fn(strategy, boxes):
+        def merge_fn(strategy: "Strategy", boxes: PerReplica | _Contribution) -> list[Any]:
             return strategy.extended.all_gather_leaves(_per_leaf(boxes), axis, options)
 
         with user_call("ReplicaContext.all_gather", axis=axis, num_values=len(flat)):
@@ -227,5 +243,5 @@ class DefaultReplicaContext(ReplicaContext):
     """The replica context in effect where no strategy is active: replica 0 of 1."""
 
     @property
-    def replica_id_in_sync_group(self):
+    def replica_id_in_sync_group(self) -> int:
         return 0

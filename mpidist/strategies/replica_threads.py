@@ -12,13 +12,23 @@ note naming the replica and device.
 
 import queue
 import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from mpidist.backend import device_context
 from mpidist.core import state, user_calls
+from mpidist.core.devices import DeviceSpec
 from mpidist.values.containers import PerReplica
 from mpidist.values.regroup import regroup, select_replica
 
+if TYPE_CHECKING:
+    from mpidist.strategies.replica_context import ReplicaContext
+    from mpidist.strategies.strategy import Strategy
+
 __all__ = ["ReplicaRunner"]
+
+# A replica's merge_call, as its thread parks it: (merge_fn, args, kwargs, the caller's calls).
+_Request: TypeAlias = tuple[Callable[..., Any], Any, Any, user_calls.Calls]
 
 
 class _Unwind(BaseException):
@@ -28,12 +38,12 @@ class _Unwind(BaseException):
 class _Worker:
     """A daemon thread that runs the jobs put in its queue, one at a time."""
 
-    def __init__(self, name):
-        self.jobs = queue.SimpleQueue()
+    def __init__(self, name: str) -> None:
+        self.jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self.thread.start()
 
-    def _loop(self):
+    def _loop(self) -> None:
         while True:
             job = self.jobs.get()
             if job is None:
@@ -48,13 +58,13 @@ _RUNNING, _PARKED, _RESUMED, _DONE, _FAILED, _UNWINDING, _UNWOUND = range(7)
 class _Run:
     """The shared state of one ``run`` across its replica threads."""
 
-    def __init__(self, n):
+    def __init__(self, n: int) -> None:
         self.cond = threading.Condition()
         self.status = [_RUNNING] * n
-        self.requests = [None] * n
-        self.merge_results = [None] * n
-        self.results = [None] * n
-        self.errors = [None] * n
+        self.requests: list[_Request | None] = [None] * n
+        self.merge_results: list[Any] = [None] * n
+        self.results: list[Any] = [None] * n
+        self.errors: list[BaseException | None] = [None] * n
         self.abandoned = False  # the calling thread gave up on this run
 
 
@@ -63,39 +73,43 @@ class _Link:
 
     __slots__ = ("runner", "run")
 
-    def __init__(self, runner, run):
+    def __init__(self, runner: "ReplicaRunner", run: _Run) -> None:
         self.runner = runner
         self.run = run
 
-    def merge_call(self, replica_index, merge_fn, args, kwargs):
+    def merge_call(self, replica_index: int, merge_fn: Callable[..., Any], args: Any,
+                   kwargs: Any) -> Any:
         return self.runner.merge_call(self.run, replica_index, merge_fn, args, kwargs)
 
 
 class ReplicaRunner:
     """Runs functions on one thread per replica for a strategy with several local devices."""
 
-    def __init__(self, strategy, devices, make_replica_context):
+    def __init__(self, strategy: "Strategy", devices: Iterable[DeviceSpec],
+                 make_replica_context: Callable[[int], "ReplicaContext"]) -> None:
         self._strategy = strategy
         self._devices = tuple(devices)
         self._make_replica_context = make_replica_context
-        self._workers = None
+        self._workers: list[_Worker] | None = None
         self._lock = threading.Lock()  # one run at a time per strategy
 
-    def _ensure_workers(self):
+    def _ensure_workers(self) -> list[_Worker]:
         if self._workers is None:
             self._workers = [_Worker(f"mpidist-replica-{i}") for i in range(len(self._devices))]
+        return self._workers
 
-    def __del__(self):
+    def __del__(self) -> None:
         for worker in self._workers or ():
             worker.jobs.put(None)
 
-    def run(self, fn, args, kwargs):
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+            ) -> list[Any]:
         """Call ``fn`` on every replica; returns the list of per-replica results."""
         with self._lock:
-            self._ensure_workers()
+            workers = self._ensure_workers()
             run = _Run(len(self._devices))
             try:
-                for i, worker in enumerate(self._workers):
+                for i, worker in enumerate(workers):
                     worker.jobs.put(self._job(run, i, fn, args, kwargs))
                 self._coordinate(run)
                 return list(run.results)
@@ -103,11 +117,12 @@ class ReplicaRunner:
                 self._abandon(run)
                 raise
 
-    def _job(self, run, i, fn, args, kwargs):
+    def _job(self, run: _Run, i: int, fn: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Callable[[], None]:
         device = self._devices[i]
         calls = user_calls.current_calls()  # collectives in the replica keep the caller's labels
 
-        def job():
+        def job() -> None:
             ctx = self._make_replica_context(i)
             ctx._coordinator = _Link(self, run)
             outcome, value = _DONE, None
@@ -117,7 +132,7 @@ class ReplicaRunner:
                     value = fn(*select_replica(i, args), **select_replica(i, kwargs))
             except _Unwind:
                 outcome = _UNWOUND
-            except BaseException as exc:  # reported on the calling thread
+            except BaseException as exc:  # noqa: BLE001 - reported on the calling thread
                 outcome, value = _FAILED, exc
             with run.cond:
                 if outcome == _FAILED:
@@ -130,7 +145,8 @@ class ReplicaRunner:
         return job
 
     # -- called on replica threads ----------------------------------------------------------
-    def merge_call(self, run, replica_index, merge_fn, args, kwargs):
+    def merge_call(self, run: _Run, replica_index: int, merge_fn: Callable[..., Any], args: Any,
+                   kwargs: Any) -> Any:
         with run.cond:
             if run.abandoned:
                 raise _Unwind()
@@ -146,7 +162,7 @@ class ReplicaRunner:
             return result
 
     # -- called on the calling thread -------------------------------------------------------
-    def _coordinate(self, run):
+    def _coordinate(self, run: _Run) -> None:
         n = len(self._devices)
         while True:
             with run.cond:
@@ -168,7 +184,8 @@ class ReplicaRunner:
                     if error is not None:
                         raise error
                     self._raise_first_error(run)
-                requests = list(run.requests)
+                # Every replica is parked, so every request is there.
+                requests = cast(list[_Request], list(run.requests))
             try:
                 merged = self._merge(requests)
             except BaseException:
@@ -181,7 +198,7 @@ class ReplicaRunner:
                     run.status[i] = _RESUMED
                 run.cond.notify_all()
 
-    def _merge(self, requests):
+    def _merge(self, requests: list[_Request]) -> Any:
         strategy = self._strategy
         merge_fn = requests[0][0]
         args = regroup(tuple(r[1] for r in requests), PerReplica, self._devices)
@@ -195,7 +212,7 @@ class ReplicaRunner:
         finally:
             state.pop_mode(mode)
 
-    def _unwind(self, run, parked):
+    def _unwind(self, run: _Run, parked: list[int]) -> None:
         """End the parked replicas and wait until every replica has finished (lock held)."""
         for i in parked:
             if run.status[i] == _PARKED:
@@ -203,7 +220,7 @@ class ReplicaRunner:
         run.cond.notify_all()
         run.cond.wait_for(lambda: all(s in (_DONE, _FAILED, _UNWOUND) for s in run.status))
 
-    def _abandon(self, run):
+    def _abandon(self, run: _Run) -> None:
         """After an interruption of the calling thread (e.g. KeyboardInterrupt): release parked
         replicas, and if some are still running retire these threads so the next run starts on
         fresh ones instead of queueing behind them."""
@@ -215,11 +232,11 @@ class ReplicaRunner:
             run.cond.notify_all()
             still_running = any(s in (_RUNNING, _RESUMED) for s in run.status)
         if still_running:
-            for worker in self._workers:
+            for worker in self._workers or ():  # (never None here: run made them)
                 worker.jobs.put(None)
             self._workers = None
 
-    def _raise_first_error(self, run):
+    def _raise_first_error(self, run: _Run) -> None:
         for i, error in enumerate(run.errors):
             if error is not None:
                 error.add_note(f"(raised on replica {i}, device {self._devices[i]})")

@@ -1,8 +1,15 @@
 """What the default strategy and OneDeviceStrategy share: with one replica every reduction and
 broadcast is the identity and every distributed value is just its one component."""
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mpidist.comm.options import CommunicationOptions
 from mpidist.core import nest, state
+from mpidist.core.devices import DeviceSpec
+from mpidist.ops.destinations import Destinations
 from mpidist.strategies.strategy import StrategyExtended
+from mpidist.types import ReduceOp
 from mpidist.values.containers import ValueContext
 
 __all__ = ["SingleReplicaExtended"]
@@ -11,24 +18,27 @@ __all__ = ["SingleReplicaExtended"]
 class SingleReplicaExtended(StrategyExtended):
     """StrategyExtended for exactly one replica, placed on ``self._device`` (None = host)."""
 
-    _device = None
+    _device: DeviceSpec | None = None
 
-    def _reduce_to(self, reduce_op, value, destinations, options):
+    def _reduce_to(self, reduce_op: ReduceOp, value: Any, destinations: Destinations,
+                   options: CommunicationOptions | None) -> Any:
         return value
 
-    def _batch_reduce_to(self, reduce_op, pairs, options):
+    def _batch_reduce_to(self, reduce_op: ReduceOp, pairs: Sequence[tuple[Any, Destinations]],
+                         options: CommunicationOptions | None) -> list[Any]:
         return [value for value, _ in pairs]
 
-    def _update(self, var, fn, args, kwargs, group):
+    def _update(self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...],
+                kwargs: dict[str, Any], group: bool) -> Any:
         with state.device_scope(self._device):
             result = fn(var, *args, **kwargs)
         return result if group else nest.map_structure(lambda x: (x,), result)
 
-    def _local_results(self, value):
+    def _local_results(self, value: Any) -> tuple[Any, ...]:
         return (value,)
 
-    def _gather(self, value, axis):
+    def _gather(self, value: Any, axis: int) -> Any:
         return value
 
-    def _distribute_values_from_function(self, value_fn):
+    def _distribute_values_from_function(self, value_fn: Callable[[ValueContext], Any]) -> Any:
         return value_fn(ValueContext())

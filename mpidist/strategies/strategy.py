@@ -12,24 +12,30 @@ and callbacks agree over.
 import contextlib
 import operator
 import warnings
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Literal
 
 import numpy as np
 
 from mpidist.backend import as_array
+from mpidist.cluster_resolver.base import ClusterResolver
+from mpidist.comm.communicator import Communicator
+from mpidist.comm.options import CommunicationOptions
 from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec
 from mpidist.core.user_calls import user_call
 from mpidist.data.distributed import InputWorkers, distribute_dataset, distribute_from_function
+from mpidist.data.options import InputContext, InputOptions, RunOptions
 from mpidist.ops.cross_device_ops import (
     check_pairs_iterable,
     check_reducible,
     check_value_destination_pair,
 )
-from mpidist.ops.destinations import validate_destinations
+from mpidist.ops.destinations import Destinations, validate_destinations
 from mpidist.strategies.context import get_replica_context, has_strategy, wrong_strategy_scope
-from mpidist.types import ReduceOp, VariableAggregation, as_reduce_op
-from mpidist.values.containers import DistributedValues, PerReplica, ValueContext
+from mpidist.types import Array, ReduceOp, VariableAggregation, as_reduce_op
+from mpidist.values.containers import DistributedValues, Mirrored, PerReplica, ValueContext
 from mpidist.values.regroup import select_local
 from mpidist.values.variables import Variable
 
@@ -37,7 +43,7 @@ __all__ = ["Strategy", "StrategyExtended", "experimental_set_strategy",
            "require_cross_replica_or_default"]
 
 
-def require_cross_replica_or_default(extended):
+def require_cross_replica_or_default(extended: "StrategyExtended") -> None:
     """Raise unless we are in ``extended``'s cross-replica context or in the default mode."""
     mode = state.current_mode()
     if mode.cross_replica is extended:
@@ -55,12 +61,12 @@ def require_cross_replica_or_default(extended):
 class _StrategyScope:
     """``with strategy.scope():`` — enters the strategy's cross-replica context."""
 
-    def __init__(self, strategy):
+    def __init__(self, strategy: "Strategy") -> None:
         self._strategy = strategy
-        self._mode = None
+        self._mode: state.Mode | None = None
         self._same_scope_again = 0
 
-    def __enter__(self):
+    def __enter__(self) -> "Strategy":
         strategy = self._strategy
         if has_strategy():
             require_cross_replica_or_default(strategy.extended)
@@ -70,27 +76,27 @@ class _StrategyScope:
             state.push_mode(self._mode)
         return strategy
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         if self._same_scope_again:
             self._same_scope_again -= 1
         else:
             state.pop_mode(self._mode)
         return False
 
-    def _enter_global(self):
+    def _enter_global(self) -> None:
         self._mode = state.Mode(self._strategy, cross_replica=self._strategy.extended)
         state.set_global_mode(self._mode)
 
-    def _exit_global(self):
+    def _exit_global(self) -> None:
         state.set_global_mode(None)
 
 
-_global_scope = [None]
+_global_scope: list[_StrategyScope | None] = [None]
 
 
 def experimental_set_strategy(strategy):
     """Make ``strategy`` current for the whole process, like a ``with strategy.scope():`` that
-    never ends; ``None`` goes back to the default strategy."""
+    never ends; ``None`` (or the default strategy itself) goes back to the default strategy."""
     old = _global_scope[0]
     if old is not None:
         old._exit_global()
@@ -100,13 +106,13 @@ def experimental_set_strategy(strategy):
             "Must not be called inside a `mpidist.Strategy` scope: leave the `with "
             "strategy.scope():` block first."
         )
-    if strategy is not None:
+    if strategy is not None and not strategy.is_default:
         scope = strategy.scope()
         scope._enter_global()
         _global_scope[0] = scope
 
 
-def _normalize_axis(axis):
+def _normalize_axis(axis: object) -> tuple[int, ...]:
     if isinstance(axis, (bool, np.bool_)):
         raise TypeError(f"Expected `axis` to be an integer or a tuple of integers, not: {axis!r}")
     if isinstance(axis, (int, np.integer)):
@@ -122,7 +128,7 @@ def _normalize_axis(axis):
     raise TypeError(f"Expected `axis` to be an integer or a tuple of integers, not: {axis!r}")
 
 
-def _check_axes(axes, ndim):
+def _check_axes(axes: tuple[int, ...], ndim: int) -> tuple[int, ...]:
     """``axes`` made non-negative; ValueError for an axis outside [-ndim, ndim)."""
     for a in axes:
         if not -ndim <= a < ndim:
@@ -133,7 +139,7 @@ def _check_axes(axes, ndim):
     return tuple(a % ndim for a in axes)
 
 
-def _reduce_op_argument(method, reduce_op):
+def _reduce_op_argument(method: str, reduce_op: ReduceOp | str) -> ReduceOp:
     if isinstance(reduce_op, VariableAggregation):
         raise AssertionError(
             f"{method} takes a ReduceOp, not {reduce_op}; convert it with "
@@ -142,7 +148,7 @@ def _reduce_op_argument(method, reduce_op):
     return as_reduce_op(reduce_op)
 
 
-def _check_callable(method, name, fn):
+def _check_callable(method: str, name: str, fn: object) -> None:
     if not callable(fn):
         raise TypeError(
             f"{method}: `{name}` must be a callable (a function to run), got "
@@ -150,7 +156,8 @@ def _check_callable(method, name, fn):
         )
 
 
-def _check_run_arguments(method, args, kwargs, check_args=True):
+def _check_run_arguments(method: str, args: object, kwargs: object, check_args: bool = True
+                         ) -> dict[str, Any]:
     if check_args and not isinstance(args, (list, tuple)):
         raise ValueError(f"positional args must be a list or tuple, got {type(args)}")
     if kwargs is None:
@@ -166,7 +173,7 @@ def _check_run_arguments(method, args, kwargs, check_args=True):
     return kwargs
 
 
-def _check_single_destination(destinations):
+def _check_single_destination(destinations: object) -> None:
     if isinstance(destinations, (list, tuple)):
         raise AssertionError(
             "destinations must be a single distributed value, variable, array or device string, "
@@ -185,34 +192,35 @@ class Strategy:
 
     is_default = False
 
-    def __init__(self, extended):
+    def __init__(self, extended: "StrategyExtended") -> None:
         self._extended = extended
         # The cross-replica mode ``run`` enters; immutable, so one serves every call and thread.
         self._run_mode = state.Mode(self, cross_replica=extended)
 
     @property
-    def extended(self):
+    def extended(self) -> "StrategyExtended":
         """The StrategyExtended with the lower-level API."""
         return self._extended
 
     @property
-    def num_replicas_in_sync(self):
+    def num_replicas_in_sync(self) -> int:
         """How many replicas take part in each step, over all workers."""
         return self._extended._num_replicas_in_sync
 
     @property
-    def cluster_resolver(self):
+    def cluster_resolver(self) -> ClusterResolver | None:
         return self._extended._cluster_resolver
 
-    def scope(self):
+    def scope(self) -> AbstractContextManager["Strategy"]:
         """Context manager making this strategy current (variables created in it are distributed)."""
         return _StrategyScope(self)
 
-    def __copy__(self):
+    def __copy__(self) -> "Strategy":
         raise RuntimeError("Must only deepcopy DistributionStrategy.")
 
     # -- running ------------------------------------------------------------------------
-    def run(self, fn, args=(), kwargs=None, options=None):
+    def run(self, fn: Callable[..., Any], args: Sequence[Any] = (),
+            kwargs: dict[str, Any] | None = None, options: RunOptions | None = None) -> Any:
         """Call ``fn`` once per replica and merge the results.
 
         Distributed values in ``args`` / ``kwargs`` (other than variables) are replaced by the
@@ -238,7 +246,8 @@ class Strategy:
         finally:
             state.pop_mode(run_mode)
 
-    def reduce(self, reduce_op, value, axis=None):
+    def reduce(self, reduce_op: ReduceOp | str, value: Any,
+               axis: int | tuple[int, ...] | None = None) -> Array:
         """Reduce ``value`` across replicas (and within each along ``axis``) to an array on the host.
 
         Args:
@@ -260,15 +269,15 @@ class Strategy:
                 return self._extended._reduce(reduce_op, value)
             return self._reduce_along(reduce_op, value, axes)
 
-    def _reduce_along(self, reduce_op, value, axes):
+    def _reduce_along(self, reduce_op: ReduceOp, value: Any, axes: tuple[int, ...]) -> Array:
         if reduce_op is ReduceOp.SUM:
-            def local_sum(v):
+            def local_sum(v: Any) -> np.ndarray:
                 arr = as_array(v)
                 return np.array(arr.sum(axis=_check_axes(axes, arr.ndim)))
 
             return self._extended._reduce(ReduceOp.SUM, self.run(local_sum, args=(value,)))
 
-        def local_sum_and_count(v):
+        def local_sum_and_count(v: Any) -> tuple[np.ndarray, np.ndarray]:
             arr = as_array(v)
             dims = _check_axes(axes, arr.ndim)
             count = 1
@@ -281,7 +290,7 @@ class Strategy:
         denom = as_array(self._extended._reduce(ReduceOp.SUM, denom))
         return numer / denom.astype(numer.dtype)
 
-    def gather(self, value, axis):
+    def gather(self, value: Any, axis: int) -> Any:
         """Concatenate the replicas' components of ``value`` along ``axis``, in replica order.
 
         Components may differ in size along ``axis`` only. Non-distributed values come back
@@ -302,7 +311,8 @@ class Strategy:
             return nest.map_structure(lambda v: self._extended._gather(v, axis), value)
 
     # -- input ---------------------------------------------------------------------------
-    def experimental_distribute_dataset(self, dataset, options=None):
+    def experimental_distribute_dataset(self, dataset: Any, options: InputOptions | None = None
+                                        ) -> Any:
         """Split each global batch of ``dataset`` across all replicas of all workers.
 
         Args:
@@ -319,7 +329,8 @@ class Strategy:
         """
         return self._extended._experimental_distribute_dataset(dataset, options)
 
-    def distribute_datasets_from_function(self, dataset_fn, options=None):
+    def distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any],
+                                          options: InputOptions | None = None) -> Any:
         """Call ``dataset_fn(InputContext)`` once per input pipeline (per worker; per replica in
         ``PER_REPLICA`` mode). Its dataset must already be batched per replica; each local
         replica takes the next element in turn.
@@ -328,64 +339,70 @@ class Strategy:
         """
         return self._extended._distribute_datasets_from_function(dataset_fn, options)
 
-    def experimental_distribute_datasets_from_function(self, dataset_fn, options=None):
+    def experimental_distribute_datasets_from_function(
+            self, dataset_fn: Callable[[InputContext], Any],
+            options: InputOptions | None = None) -> Any:
         """Deprecated alias of ``distribute_datasets_from_function``."""
         warnings.warn("experimental_distribute_datasets_from_function is deprecated: use "
                       "distribute_datasets_from_function.", DeprecationWarning, stacklevel=2)
         return self.distribute_datasets_from_function(dataset_fn, options)
 
-    def experimental_local_results(self, value):
+    def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
         """The components of ``value`` on this worker's devices, as a tuple."""
         return self._extended._local_results(value)
 
-    def experimental_distribute_values_from_function(self, value_fn):
+    def experimental_distribute_values_from_function(self, value_fn: Callable[[ValueContext], Any]
+                                                     ) -> Any:
         """A PerReplica of ``value_fn(ValueContext(replica_id, num_replicas))`` for each local
         replica, called in replica order on the calling thread."""
         return self._extended._distribute_values_from_function(value_fn)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__name__} object at {id(self):#x}>"
 
 
 class StrategyExtended:
     """The lower-level API of a strategy (``strategy.extended``)."""
 
-    def __init__(self, container_strategy, devices):
+    def __init__(self, container_strategy: Strategy, devices: Iterable[DeviceSpec]) -> None:
         self._container_strategy_ref = container_strategy
         self._device_specs = tuple(devices)
-        self._cluster_resolver = None
+        self._cluster_resolver: ClusterResolver | None = None
 
-    def _container_strategy(self):
+    def _container_strategy(self) -> Strategy:
         return self._container_strategy_ref
 
     @property
-    def _num_replicas_in_sync(self):
+    def _num_replicas_in_sync(self) -> int:
         return len(self._device_specs)
 
     # -- hooks each concrete strategy implements (the public methods call them) -------------
-    def _call_for_each_replica(self, fn, args, kwargs):
+    def _call_for_each_replica(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                               kwargs: dict[str, Any]) -> Any:
         """``fn(*args, **kwargs)`` on every local replica, results regrouped (``run``)."""
         raise NotImplementedError
 
-    def _reduce_to(self, reduce_op, value, destinations, options):
+    def _reduce_to(self, reduce_op: ReduceOp, value: Any, destinations: Destinations,
+                   options: CommunicationOptions | None) -> Any:
         """``reduce_to`` after its checks."""
         raise NotImplementedError
 
-    def _broadcast_to(self, tensor, destinations):
+    def _broadcast_to(self, tensor: Any, destinations: Destinations) -> Any:
         """``broadcast_to`` after its checks."""
         raise NotImplementedError
 
-    def _update(self, var, fn, args, kwargs, group):
+    def _update(self, var: Any, fn: Callable[..., Any], args: tuple[Any, ...],
+                kwargs: dict[str, Any], group: bool) -> Any:
         """``update`` in cross-replica context."""
         raise NotImplementedError
 
-    def _gather(self, value, axis):
+    def _gather(self, value: Any, axis: int) -> Any:
         """One leaf of ``Strategy.gather`` after its checks."""
         raise NotImplementedError
 
     # -- communication across processes ---------------------------------------------------
     @property
-    def communicator(self) -> Any:
+    def communicator(self) -> Communicator | None:
         """The Communicator this strategy's workers talk over (all its ranks), or None for a
         strategy confined to one process (default, OneDevice, Mirrored). Checkpoints and
         callbacks agree over it; it is the strategy's own, so use it only for collectives
@@ -393,43 +410,44 @@ class StrategyExtended:
         return None
 
     @property
-    def communication_options(self) -> Any:
+    def communication_options(self) -> CommunicationOptions | None:
         """The CommunicationOptions (pack size, timeout, implementation) every collective of
         this strategy uses, or None where it has no communicator."""
         return None
 
     # -- devices and roles ----------------------------------------------------------------
     @property
-    def worker_devices(self):
+    def worker_devices(self) -> tuple[str, ...]:
         """This worker's replica devices, fully qualified."""
         return tuple(str(d) for d in self._device_specs)
 
     @property
-    def parameter_devices(self):
+    def parameter_devices(self) -> tuple[str, ...]:
         """The devices variables are placed on."""
         return self.worker_devices
 
     @property
-    def should_checkpoint(self):
+    def should_checkpoint(self) -> bool:
         return True
 
     @property
-    def should_save_summary(self):
+    def should_save_summary(self) -> bool:
         return True
 
     @property
-    def experimental_should_init(self):
+    def experimental_should_init(self) -> bool:
         return True
 
     @property
-    def experimental_between_graph(self):
+    def experimental_between_graph(self) -> bool:
         return False
 
-    def non_slot_devices(self, var_list):
+    def non_slot_devices(self, var_list: Sequence[Variable]) -> tuple[str, ...] | Variable:
         return self.worker_devices
 
     # -- cross-replica operations ---------------------------------------------------------
-    def reduce_to(self, reduce_op, value, destinations, options=None):
+    def reduce_to(self, reduce_op: ReduceOp | str, value: Any, destinations: Destinations,
+                  options: CommunicationOptions | None = None) -> Array | Mirrored:
         """Reduce ``value`` to ``destinations`` (a distributed value, variable, array or device
         string). Returns an array for one destination device, else a Mirrored.
         Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
@@ -443,7 +461,9 @@ class StrategyExtended:
         with user_call("StrategyExtended.reduce_to", reduce_op=reduce_op.value):
             return self._reduce_to(reduce_op, value, destinations, options)
 
-    def batch_reduce_to(self, reduce_op, value_destination_pairs, options=None):
+    def batch_reduce_to(self, reduce_op: ReduceOp | str,
+                        value_destination_pairs: Sequence[tuple[Any, Destinations]],
+                        options: CommunicationOptions | None = None) -> list[Array | Mirrored]:
         """``reduce_to`` for each ``(value, destinations)`` tuple; returns a list of results.
 
         Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
@@ -463,11 +483,12 @@ class StrategyExtended:
                        num_values=len(pairs)):
             return self._batch_reduce_to(reduce_op, pairs, options)
 
-    def _batch_reduce_to(self, reduce_op, pairs, options):
+    def _batch_reduce_to(self, reduce_op: ReduceOp, pairs: Sequence[tuple[Any, Destinations]],
+                         options: CommunicationOptions | None) -> list[Any]:
         return [self._reduce_to(reduce_op, v, d, options) for v, d in pairs]
 
-    def all_reduce_leaves(self, reduce_op: ReduceOp, per_leaf: list,
-                          options: Any = None) -> list:
+    def all_reduce_leaves(self, reduce_op: ReduceOp, per_leaf: list[Any],
+                          options: CommunicationOptions | None = None) -> list[Any]:
         """The merge step of ``ReplicaContext.all_reduce`` with several local replicas:
         ``per_leaf`` (one PerReplica of the replicas' arrays per leaf, already checked) reduced
         over every replica, each leaf its own destination; a list, one result per leaf.
@@ -476,7 +497,8 @@ class StrategyExtended:
         # (and its label: the user called all_reduce).
         return self._batch_reduce_to(reduce_op, [(v, v) for v in per_leaf], options)
 
-    def all_gather_leaves(self, per_leaf: list, axis: int, options: Any = None) -> list:
+    def all_gather_leaves(self, per_leaf: list[Any], axis: int,
+                          options: CommunicationOptions | None = None) -> list[Any]:
         """The merge step of ``ReplicaContext.all_gather`` with several local replicas:
         ``per_leaf`` (one PerReplica per leaf, checked) concatenated along ``axis`` in replica
         order, each leaf its own destination; a list, one result per leaf. Strategies with one
@@ -484,7 +506,9 @@ class StrategyExtended:
         raise NotImplementedError(
             f"{type(self).__name__} runs one replica: all_gather returns the replica's value.")
 
-    def all_reduce_one_replica(self, reduce_op, arrays, options=None):
+    def all_reduce_one_replica(self, reduce_op: ReduceOp, arrays: list[Array],
+                               options: CommunicationOptions | None = None
+                               ) -> list[Array] | None:
         """The lean path of ``ReplicaContext.all_reduce`` where this worker runs one replica
         and the job several: ``arrays`` (the replica's flat list of host arrays, checked by the
         caller) reduced over every replica, as a list of new arrays. None where this strategy
@@ -492,11 +516,12 @@ class StrategyExtended:
         Collective where it returns arrays: every replica must call it."""
         return None
 
-    def broadcast_to(self, tensor, destinations):
+    def broadcast_to(self, tensor: Any, destinations: Destinations) -> Any:
         """Copy ``tensor`` to every device of ``destinations``."""
         require_cross_replica_or_default(self)
         if destinations is None:
-            raise AssertionError("broadcast_to needs destinations: a distributed value, variable or device string.")
+            raise AssertionError("broadcast_to needs destinations: a distributed value, variable "
+                                 "or device string.")
         _check_single_destination(destinations)
         if isinstance(tensor, (int, float)) and not isinstance(tensor, bool):
             return tensor
@@ -508,7 +533,7 @@ class StrategyExtended:
         on every worker (collective there)."""
         return self._local_results(value)[0]
 
-    def _reduce(self, reduce_op, value):
+    def _reduce(self, reduce_op: ReduceOp, value: Any) -> Any:
         # Strategy.reduce has checked the value; the destination is our own host device, so
         # skip reduce_to's checks (and its label: the user called Strategy.reduce).
         device = state.current_device() or self._host_device()
@@ -518,10 +543,11 @@ class StrategyExtended:
             return result.value()
         return result
 
-    def _host_device(self):
+    def _host_device(self) -> DeviceSpec:
         return DeviceSpec("CPU", 0)
 
-    def update(self, var, fn, args=(), kwargs=None, group=True):
+    def update(self, var: Any, fn: Callable[..., Any], args: Sequence[Any] = (),
+               kwargs: dict[str, Any] | None = None, group: bool = True) -> Any:
         """Run ``fn(component, *args, **kwargs)`` on each component of ``var``.
 
         In replica context this merge_calls first. Distributed arguments are unwrapped per
@@ -533,14 +559,15 @@ class StrategyExtended:
         replica_ctx = get_replica_context()
         if replica_ctx is not None and state.current_mode() is not state.default_mode() \
                 and not replica_ctx.strategy.is_default:
-            def merge_fn(strategy, *a, **k):
+            def merge_fn(strategy: Strategy, *a: Any, **k: Any) -> Any:
                 return strategy.extended.update(var, fn, a, k, group)
 
             return replica_ctx.merge_call(merge_fn, args=args, kwargs=kwargs)
         with self._container_strategy().scope():
             return self._update(var, fn, tuple(args), kwargs, group)
 
-    def call_for_each_replica(self, fn, args=(), kwargs=None):
+    def call_for_each_replica(self, fn: Callable[..., Any], args: Iterable[Any] = (),
+                              kwargs: dict[str, Any] | None = None) -> Any:
         """``run`` without the argument-type check."""
         require_cross_replica_or_default(self)
         _check_callable("call_for_each_replica", "fn", fn)
@@ -549,7 +576,9 @@ class StrategyExtended:
         with self._container_strategy().scope():
             return self._call_for_each_replica(fn, tuple(args), kwargs)
 
-    def update_non_slot(self, colocate_with, fn, args=(), kwargs=None, group=True):
+    def update_non_slot(self, colocate_with: Any, fn: Callable[..., Any],
+                        args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
+                        group: bool = True) -> Any:
         """Run ``fn(*args, **kwargs)`` once, in cross-replica context, for state that is not
         a slot of one variable (e.g. a step counter). ``colocate_with`` is a variable or a list
         of them (``non_slot_devices``); every replica's memory is shared here, so it only
@@ -562,7 +591,7 @@ class StrategyExtended:
         return result if group else nest.map_structure(lambda x: (x,), result)
 
     # -- variables ------------------------------------------------------------------------
-    def colocate_vars_with(self, colocate_with_variable):
+    def colocate_vars_with(self, colocate_with_variable: Variable) -> state.colocation_scope:
         """Context manager: variables created in it get ``colocate_with_variable``'s devices."""
         strategy = self._container_strategy()
         mode = state.current_mode()
@@ -581,11 +610,11 @@ class StrategyExtended:
             )
         return state.colocation_scope(colocate_with_variable)
 
-    def variable_created_in_scope(self, v):
+    def variable_created_in_scope(self, v: object) -> bool:
         """Whether ``v`` was created in this strategy's scope."""
         return isinstance(v, Variable) and v.distribute_strategy is self._container_strategy()
 
-    def value_container(self, value):
+    def value_container(self, value: Any) -> Any:
         """The distributed variable ``value`` is a component of, else ``value`` itself."""
         container = value.distributed_container if isinstance(value, Variable) else None
         return container if container is not None else value
@@ -596,39 +625,43 @@ class StrategyExtended:
         MirroredVariable or SyncOnReadVariable, OneDeviceStrategy places it on its device."""
         return Variable.plain(*args, **kwargs)
 
-    def read_var(self, v):
+    def read_var(self, v: Any) -> Any:
         """The cross-replica value of ``v``: aggregated for SyncOnRead, else the current copy."""
         if isinstance(v, Variable):
-            with self._container_strategy().scope() if state.current_mode().is_default else contextlib.nullcontext():
+            scope = self._container_strategy().scope() if state.current_mode().is_default \
+                else contextlib.nullcontext()
+            with scope:
                 return v.value()
         return v
 
     # -- input ----------------------------------------------------------------------------
-    def _input_workers(self):
+    def _input_workers(self) -> InputWorkers:
         """Where this strategy's input goes: one worker, its replica devices."""
         return InputWorkers(devices=self._device_specs,
                             num_replicas_in_sync=self._num_replicas_in_sync)
 
-    def _experimental_distribute_dataset(self, dataset, options):
+    def _experimental_distribute_dataset(self, dataset: Any, options: InputOptions | None
+                                         ) -> Any:
         return distribute_dataset(dataset, self._input_workers(), options)
 
-    def _distribute_datasets_from_function(self, dataset_fn, options):
+    def _distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any],
+                                           options: InputOptions | None) -> Any:
         return distribute_from_function(dataset_fn, self._input_workers(), options)
 
     # -- shared helpers -------------------------------------------------------------------
-    def _local_results(self, value):
+    def _local_results(self, value: Any) -> tuple[Any, ...]:
         if isinstance(value, DistributedValues):
             return value.values
         if nest.is_nested(value) and any(isinstance(x, DistributedValues) for x in nest.flatten(value)):
             return tuple(select_local(i, value) for i in range(len(self._device_specs)))
         return (value,)
 
-    def _distribute_values_from_function(self, value_fn):
+    def _distribute_values_from_function(self, value_fn: Callable[[ValueContext], Any]) -> Any:
         n = self._num_replicas_in_sync
         values = []
         for i in range(len(self._device_specs)):
             values.append(value_fn(ValueContext(self._replica_id_offset() + i, n)))
         return PerReplica(values, self._device_specs)
 
-    def _replica_id_offset(self):
+    def _replica_id_offset(self) -> int:
         return 0

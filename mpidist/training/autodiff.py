@@ -244,7 +244,8 @@ def _with_jax(loss_of, structured, single, params, compiled=None, args=()):
     return back(loss).reshape(()), jax.tree_util.tree_map(back, aux), [back(g) for g in grads]
 
 
-_COMPILED = {}  # (fn, has_aux) -> jax.jit(value_and_grad(...)); jax.jit caches per shape
+# (fn, has_aux) -> jax.jit(value_and_grad(...)); jax.jit caches per shape
+_COMPILED: dict[tuple[object, bool], object] = {}
 
 
 def _compiled(fn, has_aux):

@@ -26,7 +26,7 @@ import threading
 __all__ = ["PendingRestore", "restore_deferred"]
 
 _lock = threading.RLock()
-_active = []  # PendingRestore records that still hold values, oldest first
+_active: list["PendingRestore"] = []  # records that still hold values, oldest first
 
 
 def restore_deferred():

@@ -96,12 +96,13 @@ def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size
                 "You are calling `compute_average_loss` in cross replica context, while it was "
                 "expected to be called in replica context.")
         global_batch_size = loss.shape[0] * get_strategy().num_replicas_in_sync
-    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, numbers.Integral):
-        if not (hasattr(global_batch_size, "dtype") and np.issubdtype(global_batch_size.dtype, np.integer)
-                and np.ndim(global_batch_size) == 0):
-            raise TypeError(
-                f"global_batch_size must be an integer. Got {global_batch_size!r}; pass the number "
-                "of examples in the global batch as an int.")
+    integer_array = hasattr(global_batch_size, "dtype") \
+        and np.issubdtype(global_batch_size.dtype, np.integer) and np.ndim(global_batch_size) == 0
+    if (isinstance(global_batch_size, bool) or not isinstance(global_batch_size, numbers.Integral)) \
+            and not integer_array:
+        raise TypeError(
+            f"global_batch_size must be an integer. Got {global_batch_size!r}; pass the number "
+            "of examples in the global batch as an int.")
     global_batch_size = int(global_batch_size)
     if global_batch_size < 0:
         raise InvalidArgumentError(

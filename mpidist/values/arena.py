@@ -6,14 +6,18 @@ so that one fused kernel updates them all and the gradients travel as one packed
 the same way. Variables keep behaving exactly as before: every write is in place, into the view.
 """
 
+from collections.abc import Sequence
+
 from mpidist.backend import array_module
 from mpidist.kernels.layout import FusionLayout
 from mpidist.kernels.optimizers import FUSED_DTYPES
+from mpidist.types import Array
+from mpidist.values.variables import Variable
 
 __all__ = ["Arena", "can_share_storage"]
 
 
-def can_share_storage(variables):
+def can_share_storage(variables: Sequence[Variable]) -> bool:
     """Whether ``variables`` (plain, one device each) can move into one arena: a float dtype the
     fused kernels take, all the same, C-contiguous arrays of one kind on one device, none
     already living in a shared buffer."""
@@ -38,7 +42,7 @@ class Arena:
 
     __slots__ = ("flat", "layout")
 
-    def __init__(self, variables):
+    def __init__(self, variables: Sequence[Variable]) -> None:
         first = variables[0].storage
         self.layout = FusionLayout([v.shape for v in variables])
         # Allocated like the first variable: same array kind and device.
@@ -46,6 +50,6 @@ class Arena:
         for v, view in zip(variables, self.layout.views(self.flat)):
             v.adopt_storage(view)
 
-    def empty_like(self):
+    def empty_like(self) -> Array:
         """A new flat buffer of the arena's length, dtype and device (e.g. for gradients)."""
         return array_module(self.flat).empty_like(self.flat)

@@ -7,10 +7,15 @@ reduce it. A Mirrored behaves like its component on the current device (else the
 TensorFlow's does, so ``strategy.extended.broadcast_to(3., dest) + 1.`` is ``4.0``.
 """
 
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn, Self
+
 import numpy as np
+import numpy.typing as npt
 
 from mpidist.backend import as_array
 from mpidist.core import state
+from mpidist.core.devices import DeviceSpec
 
 __all__ = ["DistributedValues", "PerReplica", "Mirrored", "ValueContext"]
 
@@ -23,7 +28,8 @@ class DistributedValues:
         devices: Optional device of each component (DeviceSpecs); strategies fill it in.
     """
 
-    def __init__(self, values, devices=None):
+    def __init__(self, values: Iterable[Any], devices: Iterable[DeviceSpec] | None = None
+                 ) -> None:
         self._values = tuple(values)
         if not self._values:
             raise ValueError(f"{type(self).__name__} needs at least one component value.")
@@ -33,10 +39,10 @@ class DistributedValues:
                 raise ValueError(
                     f"{type(self).__name__} got {len(self._values)} values but {len(devices)} devices."
                 )
-        self._devices = devices
+        self._devices: tuple[DeviceSpec, ...] | None = devices
 
     @classmethod
-    def unchecked(cls, values: tuple, devices: tuple | None):
+    def unchecked(cls, values: tuple[Any, ...], devices: tuple[DeviceSpec, ...] | None) -> Self:
         """A container built without ``__init__``'s checks, for hot paths whose ``values``
         and ``devices`` are already tuples of the same, non-zero length."""
         obj = cls.__new__(cls)
@@ -44,20 +50,20 @@ class DistributedValues:
         return obj
 
     @property
-    def values(self):
+    def values(self) -> tuple[Any, ...]:
         """The components, a tuple in replica order."""
         return self._values
 
     @property
-    def _primary(self):
+    def _primary(self) -> Any:
         return self._values[0]
 
     @property
-    def devices(self):
+    def devices(self) -> tuple[DeviceSpec, ...] | None:
         """The component devices (DeviceSpecs), or None where they were never set."""
         return self._devices
 
-    def _get_on_device_or_primary(self):
+    def _get_on_device_or_primary(self) -> Any:
         device = state.current_device()
         if device is not None and self._devices is not None:
             for value, value_device in zip(self._values, self._devices):
@@ -65,11 +71,11 @@ class DistributedValues:
                     return value
         return self._values[0]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         body = ",\n".join(f"  {i}: {v!r}" for i, v in enumerate(self._values))
         return f"{type(self).__name__}:{{\n{body}\n}}"
 
-    def __str__(self):
+    def __str__(self) -> str:
         body = ",\n".join(f"  {i}: {v!s}" for i, v in enumerate(self._values))
         return f"{type(self).__name__}:{{\n{body}\n}}"
 
@@ -77,7 +83,7 @@ class DistributedValues:
 class PerReplica(DistributedValues):
     """Holds one possibly different value per replica."""
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> NoReturn:
         # Only reached for names a PerReplica lacks: ``x.shape``, ``x.astype(...)``, ``x.sum()``
         # on a run's result. Say what a PerReplica is (still an AttributeError, so hasattr and
         # getattr with a default behave as Python's protocol says).
@@ -89,7 +95,7 @@ class PerReplica(DistributedValues):
             "strategy.reduce(...) or strategy.gather(...), take this worker's components with "
             "strategy.experimental_local_results(...), or use the value inside strategy.run.")
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> NoReturn:
         mode = state.current_mode()
         if mode.replica_context is not None and not mode.is_default and len(self._values) > 1:
             raise ValueError(
@@ -104,8 +110,8 @@ class PerReplica(DistributedValues):
         )
 
 
-def _delegate(name):
-    def method(self, *args):
+def _delegate(name: str) -> Callable[..., Any]:
+    def method(self: "Mirrored", *args: Any) -> Any:
         return getattr(self._get_on_device_or_primary(), name)(*args)
 
     method.__name__ = name
@@ -115,24 +121,24 @@ def _delegate(name):
 class Mirrored(DistributedValues):
     """Holds the same value on every replica; reads as the current device's component."""
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._get_on_device_or_primary(), name)
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         return np.asarray(as_array(self._get_on_device_or_primary()), dtype=dtype)
 
-    def __float__(self):
+    def __float__(self) -> float:
         return float(self._get_on_device_or_primary())
 
-    def __int__(self):
+    def __int__(self) -> int:
         return int(self._get_on_device_or_primary())
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return bool(self._get_on_device_or_primary())
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._get_on_device_or_primary())
 
 
@@ -149,19 +155,19 @@ class ValueContext:
 
     __slots__ = ("_replica_id_in_sync_group", "_num_replicas_in_sync")
 
-    def __init__(self, replica_id_in_sync_group=0, num_replicas_in_sync=1):
+    def __init__(self, replica_id_in_sync_group: int = 0, num_replicas_in_sync: int = 1) -> None:
         self._replica_id_in_sync_group = replica_id_in_sync_group
         self._num_replicas_in_sync = num_replicas_in_sync
 
     @property
-    def replica_id_in_sync_group(self):
+    def replica_id_in_sync_group(self) -> int:
         return self._replica_id_in_sync_group
 
     @property
-    def num_replicas_in_sync(self):
+    def num_replicas_in_sync(self) -> int:
         return self._num_replicas_in_sync
 
-    def __str__(self):
+    def __str__(self) -> str:
         return (
             f"mpidist.ValueContext(replica id {self._replica_id_in_sync_group},  "
             f"total replicas in sync: {self._num_replicas_in_sync})"

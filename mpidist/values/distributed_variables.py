@@ -7,15 +7,18 @@ context, or where no strategy is active, it stands for all copies together.
 """
 
 import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 import numpy as np
 
 from mpidist.backend import as_array
 from mpidist.core import state
+from mpidist.core.devices import DeviceSpec
 from mpidist.core.user_calls import user_call
-from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
+from mpidist.types import Array, ReduceOp, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
-from mpidist.values.protocols import StrategyProtocol
+from mpidist.values.protocols import ReplicaContextProtocol, StrategyProtocol
 from mpidist.values.regroup import select_local
 from mpidist.values.variables import Variable
 
@@ -23,7 +26,7 @@ __all__ = ["DistributedVariable", "MirroredVariable", "SyncOnReadVariable",
            "is_distributed_variable"]
 
 
-def is_distributed_variable(value) -> bool:
+def is_distributed_variable(value: object) -> bool:
     """Whether ``value`` is a MirroredVariable or SyncOnReadVariable (one component Variable
     per replica), as opposed to a plain Variable or any other value."""
     return isinstance(value, DistributedVariable)
@@ -37,8 +40,11 @@ class DistributedVariable(DistributedValues, Variable):
     (``ReplicaContextProtocol``: local_replica_id, merge_call) for what it cannot do alone.
     """
 
-    def __init__(self, strategy: StrategyProtocol, components, aggregation):
-        DistributedValues.__init__(self, components, devices=[c.device_spec for c in components])
+    def __init__(self, strategy: StrategyProtocol, components: Sequence[Variable],
+                 aggregation: VariableAggregation) -> None:
+        # Strategies give every component its device, so no device_spec here is None.
+        devices = cast(list[DeviceSpec], [c.device_spec for c in components])
+        DistributedValues.__init__(self, components, devices=devices)
         self._distribute_strategy = strategy
         self._aggregation = aggregation
         self.distributed_container = None
@@ -47,43 +53,43 @@ class DistributedVariable(DistributedValues, Variable):
 
     # -- identity: the primary component's ------------------------------------------------
     @property
-    def name(self):
+    def name(self) -> str:
         return self._primary.name
 
     @property
-    def dtype(self):
+    def dtype(self) -> np.dtype:
         return self._primary.dtype
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return self._primary.shape
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return self._primary.ndim
 
     @property
-    def size(self):
+    def size(self) -> int:
         return self._primary.size
 
     @property
-    def device(self):
+    def device(self) -> str:
         return self._primary.device
 
     @property
-    def trainable(self):
+    def trainable(self) -> bool:
         return self._primary.trainable
 
     @property
-    def aggregation(self):
+    def aggregation(self) -> VariableAggregation:
         return self._aggregation
 
     @property
-    def device_spec(self):
+    def device_spec(self) -> DeviceSpec | None:
         return self._primary.device_spec
 
     # -- where are we? --------------------------------------------------------------------
-    def _replica_context(self):
+    def _replica_context(self) -> ReplicaContextProtocol | None:
         """The current replica context of this variable's strategy, or None (cross-replica)."""
         mode = state.current_mode()
         strategy = self._distribute_strategy
@@ -97,7 +103,7 @@ class DistributedVariable(DistributedValues, Variable):
         return mode.replica_context
 
     @contextlib.contextmanager
-    def _own_scope(self):
+    def _own_scope(self) -> Iterator[None]:
         """Cross-replica context of this variable's strategy for the block."""
         mode = state.current_mode()
         if mode.strategy is self._distribute_strategy and mode.cross_replica is not None:
@@ -106,11 +112,11 @@ class DistributedVariable(DistributedValues, Variable):
             with self._distribute_strategy.scope():
                 yield
 
-    def _validate_all(self, values):
+    def _validate_all(self, values: Sequence[Any]) -> list[Array]:
         """Prepared arrays for each component; raises before anything is written."""
         return [component.prepare_assignment(v) for component, v in zip(self._values, values)]
 
-    def _per_component(self, value):
+    def _per_component(self, value: Any) -> list[Any]:
         """``value`` split per component: DistributedValues componentwise, others repeated."""
         if isinstance(value, DistributedValues):
             if len(value.values) != len(self._values):
@@ -121,11 +127,11 @@ class DistributedVariable(DistributedValues, Variable):
             return [select_local(i, value) for i in range(len(self._values))]
         return [value] * len(self._values)
 
-    def _write_all(self, kind, arrays):
+    def _write_all(self, kind: str, arrays: Sequence[Array]) -> None:
         for component, arr in zip(self._values, arrays):
             component.write_prepared(kind, arr)
 
-    def _mirrored_values(self):
+    def _mirrored_values(self) -> Mirrored:
         return Mirrored([c.value() for c in self._values], self._devices)
 
 
@@ -138,16 +144,16 @@ class MirroredVariable(DistributedVariable):
     """
 
     @property
-    def synchronization(self):
+    def synchronization(self) -> VariableSynchronization:
         return VariableSynchronization.ON_WRITE
 
-    def current_array(self):
+    def current_array(self) -> Array:
         ctx = self._replica_context()
         if ctx is not None:
             return self._values[ctx.local_replica_id].storage
         return self._get_on_device_or_primary().storage
 
-    def _update(self, kind, value, read_value):
+    def _update(self, kind: str, value: Any, read_value: bool) -> Any:
         ctx = self._replica_context()
         if ctx is None:
             return self._update_every_copy(kind, value, read_value)
@@ -163,7 +169,8 @@ class MirroredVariable(DistributedVariable):
         with user_call(f"MirroredVariable.{kind}", aggregation=self._aggregation.name):
             return ctx.merge_call(self._merge_update, args=(kind, value, read_value))
 
-    def _merge_update(self, strategy, kind, value, read_value):
+    def _merge_update(self, strategy: StrategyProtocol, kind: str, value: Any, read_value: bool
+                      ) -> Mirrored | None:
         extended = strategy.extended
         if self._aggregation is VariableAggregation.ONLY_FIRST_REPLICA:
             reduced = extended.broadcast_to(extended.first_replica_value(value), self)
@@ -172,7 +179,7 @@ class MirroredVariable(DistributedVariable):
             reduced = extended.reduce_to(op, value, self)
         return self._update_every_copy(kind, reduced, read_value)
 
-    def _update_every_copy(self, kind, value, read_value):
+    def _update_every_copy(self, kind: str, value: Any, read_value: bool) -> Mirrored | None:
         """Apply ``value`` (plain: to every copy; distributed: copy by copy), all-or-nothing."""
         arrays = self._validate_all(self._per_component(value))
         self._write_all(kind, arrays)
@@ -184,10 +191,10 @@ class SyncOnReadVariable(DistributedVariable):
     context aggregates the copies (SUM, MEAN, or ONLY_FIRST_REPLICA's replica 0)."""
 
     @property
-    def synchronization(self):
+    def synchronization(self) -> VariableSynchronization:
         return VariableSynchronization.ON_READ
 
-    def _aggregated(self):
+    def _aggregated(self) -> Array:
         components = PerReplica([c.storage for c in self._values], self._devices)
         # Collective under MultiWorkerMirroredStrategy: name the read in mismatch errors.
         with user_call("reading a SyncOnReadVariable"):
@@ -200,13 +207,13 @@ class SyncOnReadVariable(DistributedVariable):
             with self._own_scope():
                 return as_array(self._distribute_strategy.reduce(op, components, axis=None))
 
-    def current_array(self):
+    def current_array(self) -> Array:
         ctx = self._replica_context()
         if ctx is not None:
             return self._values[ctx.local_replica_id].storage
         return self._aggregated()
 
-    def _update(self, kind, value, read_value):
+    def _update(self, kind: str, value: Any, read_value: bool) -> Any:
         ctx = self._replica_context()
         if ctx is not None:
             return self._values[ctx.local_replica_id]._update(kind, value, read_value)

@@ -6,22 +6,35 @@ any scope a plain Variable. Variables act as arrays in NumPy code (``np.asarray(
 ``v.numpy()``); a distributed variable then acts as the current replica's copy.
 """
 
-from typing import Any
+import operator
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from mpidist.backend import array_module, as_array, copy_to_device, device_of
 from mpidist.backend.traced import traced_error, traced_kind
 from mpidist.core import state
 from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.core.messages import short_repr
-from mpidist.types import VariableAggregation, VariableSynchronization
+from mpidist.types import Array, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import PerReplica
 
-__all__ = ["Variable", "as_aggregation", "as_synchronization", "initial_array"]
+if TYPE_CHECKING:
+    from mpidist.values.distributed_variables import DistributedVariable
+
+__all__ = ["Variable", "as_aggregation", "as_synchronization", "initial_array", "Casting",
+           "Shape"]
+
+Casting: TypeAlias = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
+"""NumPy's casting rules, as ``np.can_cast`` names them."""
+
+Shape: TypeAlias = Sequence[int] | int
+"""A shape as users write it: a tuple (or list) of ints, or one int for a 1-D shape."""
 
 
-def as_synchronization(value):
+def as_synchronization(value: VariableSynchronization | int) -> VariableSynchronization:
     try:
         return VariableSynchronization(value) if not isinstance(value, VariableSynchronization) else value
     except ValueError:
@@ -31,7 +44,7 @@ def as_synchronization(value):
         ) from None
 
 
-def as_aggregation(value):
+def as_aggregation(value: VariableAggregation | str) -> VariableAggregation:
     if isinstance(value, VariableAggregation):
         return value
     if isinstance(value, str) and value.upper() in VariableAggregation.__members__:
@@ -46,7 +59,7 @@ class _VariableMeta(type):
     """Routes ``Variable(...)`` through the current strategy's variable creator
     (``strategy.extended.create_variable``, see ``mpidist.values.protocols``)."""
 
-    def __call__(cls, *args, **kwargs):
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if cls is not Variable:
             return super().__call__(*args, **kwargs)
         strategy = state.current_mode().strategy
@@ -56,7 +69,7 @@ class _VariableMeta(type):
         return creator(*args, **kwargs)
 
 
-def _as_shape(shape):
+def _as_shape(shape: Any) -> tuple[int, ...]:
     """``shape`` as a tuple of ints; TypeError naming it otherwise."""
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         return (int(shape),)
@@ -70,7 +83,8 @@ def _as_shape(shape):
     return tuple(int(d) for d in dims)
 
 
-def initial_array(initial_value: Any, dtype: Any, shape: Any) -> Any:
+def initial_array(initial_value: Any, dtype: npt.DTypeLike | None, shape: Shape | None
+                  ) -> Array:
     """``initial_value`` (an array, number, nested list, Variable or a zero-argument callable
     giving one) as the array a new variable starts from, of ``dtype`` when given and checked
     against ``shape`` when given; the error names the value and the fix otherwise. Strategies
@@ -100,7 +114,7 @@ def initial_array(initial_value: Any, dtype: Any, shape: Any) -> Any:
         )
     if shape is not None and tuple(arr.shape) != _as_shape(shape):
         raise ValueError(
-            f"initial_value has shape {tuple(arr.shape)} but shape={tuple(shape)} was requested."
+            f"initial_value has shape {tuple(arr.shape)} but shape={_as_shape(shape)} was requested."
         )
     return arr
 
@@ -127,9 +141,11 @@ class Variable(metaclass=_VariableMeta):
     _adopted = False  # (class default: distributed variables never adopt storage themselves)
     __array_priority__ = 100
 
-    def __init__(self, initial_value=None, trainable=None, name=None, dtype=None,
-                 synchronization=VariableSynchronization.AUTO,
-                 aggregation=VariableAggregation.NONE, shape=None, device=None):
+    def __init__(self, initial_value: Any = None, trainable: bool | None = None,
+                 name: str | None = None, dtype: npt.DTypeLike | None = None,
+                 synchronization: VariableSynchronization | int = VariableSynchronization.AUTO,
+                 aggregation: VariableAggregation | str = VariableAggregation.NONE,
+                 shape: Shape | None = None, device: str | DeviceSpec | None = None) -> None:
         synchronization = as_synchronization(synchronization)
         aggregation = as_aggregation(aggregation)
         if name is not None and not isinstance(name, str):
@@ -144,8 +160,8 @@ class Variable(metaclass=_VariableMeta):
         )
         self._synchronization = synchronization
         self._aggregation = aggregation
-        self.distributed_container = None
-        self._distribute_strategy = None
+        self.distributed_container: DistributedVariable | None = None
+        self._distribute_strategy: Any = None
         self._adopted = False
 
     @classmethod
@@ -165,40 +181,42 @@ class Variable(metaclass=_VariableMeta):
 
     # -- identity -------------------------------------------------------------------------
     @property
-    def name(self):
+    def name(self) -> str:
         return self._name
 
     @property
-    def dtype(self):
+    def dtype(self) -> np.dtype:
         return self._value.dtype
 
     @property
-    def shape(self):
+    def shape(self) -> tuple[int, ...]:
         return tuple(self._value.shape)
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         return self._value.ndim
 
     @property
-    def size(self):
+    def size(self) -> int:
         return self._value.size
 
     @property
-    def device(self):
+    def device(self) -> str:
         """Fully qualified device name, e.g. ``/job:localhost/replica:0/task:0/device:CPU:0``."""
-        return str(self._device) if self._device is not None else "/job:localhost/replica:0/task:0/device:CPU:0"
+        if self._device is None:
+            return "/job:localhost/replica:0/task:0/device:CPU:0"
+        return str(self._device)
 
     @property
-    def trainable(self):
+    def trainable(self) -> bool:
         return self._trainable
 
     @property
-    def synchronization(self):
+    def synchronization(self) -> VariableSynchronization:
         return self._synchronization
 
     @property
-    def aggregation(self):
+    def aggregation(self) -> VariableAggregation:
         return self._aggregation
 
     @property
@@ -209,8 +227,9 @@ class Variable(metaclass=_VariableMeta):
         return self._distribute_strategy
 
     @property
-    def device_spec(self) -> DeviceSpec:
-        """The DeviceSpec this variable's value lives on (``device`` is its string form)."""
+    def device_spec(self) -> DeviceSpec | None:
+        """The DeviceSpec this variable's value lives on (``device`` is its string form), or
+        None for a value in host memory that was given no device."""
         return self._device
 
     # -- reads ----------------------------------------------------------------------------
@@ -221,62 +240,63 @@ class Variable(metaclass=_VariableMeta):
         assignment: use ``assign*``."""
         return self._value
 
-    def value(self):
+    def value(self) -> Array:
         """A snapshot of the current value (an array on the variable's device)."""
         return self.current_array().copy()
 
-    def read_value(self):
+    def read_value(self) -> Array:
         return self.value()
 
-    def numpy(self):
+    def numpy(self) -> np.ndarray:
         """A host NumPy copy of the current value."""
         return np.array(as_array(self.current_array()), copy=True)
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
+                  ) -> np.ndarray:
         return np.asarray(as_array(self.current_array()), dtype=dtype)
 
-    def __float__(self):
+    def __float__(self) -> float:
         return float(self.current_array())
 
-    def __int__(self):
+    def __int__(self) -> int:
         return int(self.current_array())
 
-    def __index__(self):
+    def __index__(self) -> int:
         return int(self.current_array())
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return bool(self.current_array())
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.current_array())
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(self.current_array())
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: Any) -> Any:
         return self.current_array()[key]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         try:
             shown = np.array2string(self.numpy(), separator=", ")
-        except Exception as exc:  # e.g. an ON_READ NONE variable cannot be read cross-replica
+        except Exception as exc:  # noqa: BLE001 - e.g. an ON_READ NONE variable cannot be read cross-replica
             shown = f"<unreadable: {exc}>"
         return (f"<mpidist.{type(self).__name__} {self._name!r} shape={self.shape} "
                 f"dtype={self.dtype}, numpy={shown}>")
 
     # -- storage --------------------------------------------------------------------------
     @property
-    def storage(self):
+    def storage(self) -> Array:
         """The array this variable's value lives in (no copy; a view into an arena once
         ``adopt_storage`` moved it there). Writing into it writes the variable."""
         return self._value
 
     @property
-    def storage_adopted(self):
+    def storage_adopted(self) -> bool:
         """Whether ``adopt_storage`` moved the value into a buffer owned elsewhere."""
         return self._adopted
 
-    def adopt_storage(self, view):
+    def adopt_storage(self, view: Array) -> None:
         """Move the value into ``view`` (an array of the same shape, dtype and kind, e.g. a
         slice of an optimizer's flat arena) and keep it there: every later write goes into
         ``view`` in place, so whoever owns the buffer sees the variable's value and the
@@ -297,7 +317,7 @@ class Variable(metaclass=_VariableMeta):
     # -- writes ---------------------------------------------------------------------------
     # An update is checked, then written: a distributed variable checks the value for every
     # component before it writes any, so a bad value leaves every copy as it was.
-    def prepare_assignment(self, value: Any, casting: str = "same_kind") -> Any:
+    def prepare_assignment(self, value: Any, casting: Casting = "same_kind") -> Array:
         """``value`` as an array ready to store in this variable: the same shape and a dtype
         that casts to the variable's under ``casting``. Raises TypeError / ValueError naming
         the variable and the fix otherwise; writes nothing."""
@@ -336,7 +356,7 @@ class Variable(metaclass=_VariableMeta):
             )
         return arr
 
-    def write_prepared(self, kind: str, arr: Any) -> None:
+    def write_prepared(self, kind: str, arr: Array) -> None:
         """Write ``arr`` (from ``prepare_assignment``) into the value in place: ``kind`` is
         ``"assign"``, ``"assign_add"`` or ``"assign_sub"``. No checks: they were made."""
         xp = array_module(self._value)
@@ -347,26 +367,29 @@ class Variable(metaclass=_VariableMeta):
         else:
             xp.subtract(self._value, arr, out=self._value, casting="unsafe")
 
-    def _update(self, kind, value, read_value):
+    def _update(self, kind: str, value: Any, read_value: bool) -> Any:
         self.write_prepared(kind, self.prepare_assignment(value))
         return self.value() if read_value else None
 
-    def assign(self, value, use_locking=None, name=None, read_value=True):
+    def assign(self, value: Any, use_locking: bool | None = None, name: str | None = None,
+               read_value: bool = True) -> Any:
         """Set the value; returns the new value (an array) when ``read_value``, else None."""
         return self._update("assign", value, read_value)
 
-    def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+    def assign_add(self, delta: Any, use_locking: bool | None = None, name: str | None = None,
+                   read_value: bool = True) -> Any:
         return self._update("assign_add", delta, read_value)
 
-    def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+    def assign_sub(self, delta: Any, use_locking: bool | None = None, name: str | None = None,
+                   read_value: bool = True) -> Any:
         return self._update("assign_sub", delta, read_value)
 
     # Variables are hashable by identity (optimizers key slots by variable).
     __hash__ = object.__hash__
 
 
-def _binary(name):
-    def method(self, other):
+def _binary(name: str) -> Callable[[Variable, Any], Any]:
+    def method(self: Variable, other: Any) -> Any:
         if isinstance(other, Variable):
             other = other.current_array()
         return getattr(self.current_array(), name)(other)
@@ -380,7 +403,16 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul"
     setattr(Variable, f"__r{_name}__", _binary(f"__r{_name}__"))
 for _name in ("lt", "le", "gt", "ge"):
     setattr(Variable, f"__{_name}__", _binary(f"__{_name}__"))
-Variable.__neg__ = lambda self: -self.current_array()
-Variable.__pos__ = lambda self: +self.current_array()
-Variable.__abs__ = lambda self: abs(self.current_array())
-del _name
+
+
+def _unary(name: str, op: Callable[[Any], Any]) -> Callable[[Variable], Any]:
+    def method(self: Variable) -> Any:
+        return op(self.current_array())
+
+    method.__name__ = name
+    return method
+
+
+for _name, _op in (("neg", operator.neg), ("pos", operator.pos), ("abs", operator.abs)):
+    setattr(Variable, f"__{_name}__", _unary(f"__{_name}__", _op))
+del _name, _op

@@ -31,7 +31,6 @@ def data(dtype):
 
 
 def train(strategy, backend, dtype):
-    xp = {"autograd": anp, "jax": jnp}[backend]
     with strategy.scope():
         w = mpidist.Variable(np.zeros(5, dtype), name="w")
         b = mpidist.Variable(np.zeros((), dtype), name="b")

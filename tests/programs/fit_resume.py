@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-import digits_mlp  # noqa: E402
+import digits_mlp
 
-import mpidist  # noqa: E402
+import mpidist
 
 
 class KillAt(mpidist.callbacks.Callback):

@@ -9,7 +9,7 @@ from mpidist.comm.communicator import world_communicator
 
 comm = world_communicator()
 buf = np.ones(4096, dtype=np.float32)
-for step in range(5):
+for _step in range(5):
     if comm.rank == comm.size - 1:
         time.sleep(0.05)
     comm.all_reduce(buf)

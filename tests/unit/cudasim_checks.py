@@ -51,13 +51,13 @@ def check_names():
 # -- helpers (numba is imported lazily, inside main's process) ----------------------------------
 
 def _cuda():
-    from numba import cuda  # noqa: PLC0415
+    from numba import cuda
 
     return cuda
 
 
 def _k():
-    import mpidist.kernels as kernels  # noqa: PLC0415
+    import mpidist.kernels as kernels
 
     return kernels
 
@@ -95,7 +95,7 @@ def nan_aware_same(got, expected, what):
 
 
 def assert_device(x, what):
-    from mpidist.kernels.arrays import is_device_array  # noqa: PLC0415
+    from mpidist.kernels.arrays import is_device_array
 
     assert is_device_array(x) and not isinstance(x, np.ndarray), f"{what}: {type(x)} on host"
 
@@ -145,7 +145,7 @@ class Spy:
 
 @check("simulator_is_active")
 def _():
-    import numba  # noqa: PLC0415
+    import numba
 
     assert os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
     assert numba.config.ENABLE_CUDASIM, "numba.config.ENABLE_CUDASIM is off"
@@ -155,7 +155,7 @@ def _():
 
 @check("is_device_array_true_for_simulator_arrays")
 def _():
-    from mpidist.kernels.arrays import is_device_array  # noqa: PLC0415
+    from mpidist.kernels.arrays import is_device_array
 
     d = dev(np.arange(6, dtype=np.float32).reshape(2, 3))
     assert is_device_array(d) is True
@@ -165,8 +165,8 @@ def _():
 
 @check("cuda_twin_runs_not_cpu_twin")
 def _():
-    import mpidist.kernels.cpu as kcpu  # noqa: PLC0415
-    import mpidist.kernels.cuda as kcuda  # noqa: PLC0415
+    import mpidist.kernels.cpu as kcpu
+    import mpidist.kernels.cuda as kcuda
 
     k = _k()
     names = ["reduce_into", "reduce_half_into", "pack_chunk", "unpack_chunk", "cast_into"]
@@ -233,7 +233,7 @@ def _():
     k = _k()
     a = np.array([2**31 - 1, -(2**31), 5], np.int32)
     b = np.array([1, -1, 7], np.int32)
-    import warnings  # noqa: PLC0415
+    import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the simulator adds NumPy scalars
@@ -473,7 +473,7 @@ def main():
         print("set NUMBA_ENABLE_CUDASIM=1: these checks need Numba's CUDA simulator",
               file=sys.stderr)
         return 2
-    import warnings  # noqa: PLC0415
+    import warnings
 
     warnings.simplefilter("ignore", RuntimeWarning)  # NumPy scalar overflow inside the simulator
     results = {}

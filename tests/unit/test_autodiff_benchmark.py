@@ -54,7 +54,7 @@ def test_deep_model_has_100_variables():
 
 def test_digits_hand_written_model_is_the_examples():
     """The digits case starts from the example's weights and computes its gradients."""
-    import digits_mlp  # noqa: PLC0415 - on sys.path once the benchmark is loaded
+    import digits_mlp  # on sys.path once the benchmark is loaded
 
     strategy = mpidist.OneDeviceStrategy("/cpu:0")
     with strategy.scope():

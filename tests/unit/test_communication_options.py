@@ -158,7 +158,7 @@ def test_differing_public_calls_and_their_arguments_are_named_first():
 
 
 def test_collective_call_describes_the_public_call_and_fingerprints_its_arguments():
-    from mpidist.core.user_calls import current_label, user_call  # noqa: PLC0415
+    from mpidist.core.user_calls import current_label, user_call
 
     with user_call("Strategy.reduce", reduce_op="SUM", axis=None):
         assert current_label() == "Strategy.reduce"

@@ -429,6 +429,15 @@ class TestExperimentalSetStrategy:
         mpidist.experimental_set_strategy(None)
         assert snapshot() == (default, False, top_ctx, False)
 
+    def test_setting_the_default_strategy_goes_back_to_the_default(self):
+        s, default = mirrored(2), default_strategy()
+        top_ctx = mpidist.get_replica_context()
+        mpidist.experimental_set_strategy(s)
+        mpidist.experimental_set_strategy(default)
+        assert snapshot() == (default, False, top_ctx, False)
+        mpidist.experimental_set_strategy(default)  # when nothing is set: still the default
+        assert mpidist.get_strategy() is default and mpidist.has_strategy() is False
+
     def test_set_none_when_nothing_set(self):
         default = default_strategy()
         mpidist.experimental_set_strategy(None)

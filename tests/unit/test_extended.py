@@ -873,9 +873,9 @@ def test_properties_default():
     s = default_strategy()
     ext = s.extended
     with pytest.raises(RuntimeError, match=r"worker_devices\(\) method unsupported by default"):
-        ext.worker_devices
+        _ = ext.worker_devices
     with pytest.raises(RuntimeError, match=r"parameter_devices\(\) method unsupported by default"):
-        ext.parameter_devices
+        _ = ext.parameter_devices
     assert s.num_replicas_in_sync == 1
     assert ext.should_checkpoint is True
     assert ext.should_save_summary is True

@@ -282,7 +282,7 @@ def test_map_function_returning_none():
     ds = Dataset.range(4)
 
     def forgot_return(v):
-        v * 2  # noqa: B018 - the mistake under test
+        v * 2  # the mistake under test
 
     mapped = ds.map(forgot_return)
     with pytest.raises(TypeError, match=r"map_func .*forgot_return returned None for element 0: "

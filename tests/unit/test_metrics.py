@@ -332,7 +332,7 @@ def test_mirrored_distributed_dataset_matches_numpy(n, weighted):
         mean.update_state(values, sample_weight=w)
         total.update_state(values, sample_weight=w)
 
-    for epoch in range(2):
+    for _epoch in range(2):
         for batch in s.experimental_distribute_dataset(ds):
             s.run(step, args=batch)
         w = d["weights"] if weighted else None

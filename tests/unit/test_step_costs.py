@@ -45,7 +45,7 @@ def test_repeating_step_with_odd_gradients_gives_numpy_bits(as_list):
     start = [np.asarray(v).copy() for v in variables]
     rng = np.random.default_rng(7)
     steps = []
-    for step in range(4):
+    for _step in range(4):
         grads = []
         for k, s in enumerate(shapes):
             g = rng.standard_normal(s[::-1]).T if len(s) == 2 else rng.standard_normal(s)

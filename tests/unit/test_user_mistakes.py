@@ -14,8 +14,6 @@ import numpy as np
 import pytest
 
 import mpidist
-from mpidist import metrics, optimizers
-from mpidist.errors import InvalidArgumentError
 from user_mistakes_world import ALL, DISTRIBUTED, STRATEGIES_ONLY, World, assert_same
 from user_mistakes_cases_more import MORE_CASES
 
