@@ -623,6 +623,9 @@ class StrategyExtended:
         """The variable ``mpidist.Variable(*args, **kwargs)`` builds while this strategy is
         current (``Variable``'s arguments): here a plain Variable; MirroredStrategy gives a
         MirroredVariable or SyncOnReadVariable, OneDeviceStrategy places it on its device."""
+        if "distribute_strategy" in kwargs:  # Variable.plain's own argument, not Variable's
+            raise TypeError("Variable() got an unexpected keyword argument 'distribute_strategy'; "
+                            "create the variable inside `with strategy.scope():` instead.")
         return Variable.plain(*args, **kwargs)
 
     def read_var(self, v: Any) -> Any:

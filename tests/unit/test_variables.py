@@ -991,3 +991,11 @@ class TestNumpyExpressions:
         assert v.numpy() == 2.0
         assert v.dtype == np.float64
 
+
+
+def test_variable_refuses_the_internal_distribute_strategy_argument():
+    """``Variable.plain`` takes ``distribute_strategy``; ``Variable(...)`` does not."""
+    with pytest.raises(TypeError, match="unexpected keyword argument 'distribute_strategy'"):
+        mpidist.Variable(np.ones(2), distribute_strategy=mpidist.get_strategy())
+    v = mpidist.Variable.plain(np.ones(2), distribute_strategy=None)
+    assert v.distribute_strategy is None and v.numpy().tolist() == [1.0, 1.0]
