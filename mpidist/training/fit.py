@@ -214,6 +214,13 @@ class _FitLoop:
             raise ValueError(
                 f"loss_and_gradients returned {len(grads)} gradients for {len(variables)} "
                 "trainable variables; give one gradient per variable, in order.")
+        for i, (g, v) in enumerate(zip(grads, variables)):
+            if g is None:  # checked before any communication: nothing is half-applied
+                raise ValueError(
+                    f"loss_and_gradients returned None as the gradient of variable "
+                    f"{getattr(v, 'name', i)!r} (position {i}); fit sums every gradient across "
+                    "replicas, so return zeros of the variable's shape where the loss does not "
+                    "depend on it.")
         # The optimizer's settings join this all-reduce's cross-rank check: apply_gradients
         # below moves no data, so a rank with another learning rate would drift silently.
         with user_call("Optimizer.apply_gradients", **self.optimizer.hyperparameters()):

@@ -365,3 +365,24 @@ def test_jit_compiles_once_and_gives_the_same_values():
     with pytest.raises(ValueError, match=r"must return a real scalar, got a value of shape "
                        r"\(4, 2\) \(jax\)"):
         mpidist.autodiff.value_and_grad(lambda p, x: x @ p, w, X, jit=True)
+
+
+def test_fit_names_a_variable_whose_hand_written_gradient_is_none():
+    class NoneGradient(SoftmaxModel):
+        def _loss_and_gradients(self, x, y):
+            per_example, (gw, _), z = super()._loss_and_gradients(x, y)
+            return per_example, [gw, None], z
+
+    strategy = mpidist.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        model = NoneGradient(hand_written=True)
+        optimizer = mpidist.optimizers.SGD(0.1)
+    before = [v.numpy() for v in model.trainable_variables]
+    data = mpidist.data.Dataset.from_tensor_slices(
+        (np.ones((4, 4)), np.zeros(4, np.int64))).batch(4)
+    with pytest.raises(ValueError, match=r"None as the gradient of variable 'b(:0)?' \(position "
+                       r"1\).*return zeros"):
+        mpidist.fit(model, data, optimizer=optimizer, verbose=0)
+    for got, want in zip(model.trainable_variables, before):
+        np.testing.assert_array_equal(got.numpy(), want)
+    assert int(optimizer.iterations.numpy()) == 0
