@@ -184,10 +184,12 @@ def _check_scalar(loss, kind):
 
 
 def _like(grad, param):
-    """``grad`` as an array of ``param``'s kind and dtype (a backend may widen the dtype, or
-    give a 0-d gradient as a scalar)."""
+    """``grad`` as a writable array of ``param``'s kind and dtype (a backend may widen the
+    dtype, give a 0-d gradient as a scalar, or, as JAX does, lend a read-only view of its
+    own buffer, which in-place gradient code such as clipping could not write)."""
     if array_module(param) is np:
-        return np.asarray(grad, dtype=param.dtype)
+        grad = np.asarray(grad, dtype=param.dtype)
+        return grad if grad.flags.writeable else grad.copy()
     return grad if grad.dtype == param.dtype else grad.astype(param.dtype)
 
 
@@ -230,18 +232,32 @@ def _with_jax(loss_of, structured, single, params, compiled=None, args=()):
     inputs = jax.tree_util.tree_map(jax.dlpack.from_dlpack, structured) if on_gpu \
         else structured
 
-    if compiled is not None:
-        (loss, aux), grads = compiled(inputs, *args)
-    else:
-        def scalar(p):
-            loss, aux = loss_of(p)
-            _check_scalar(loss, "jax")
-            return loss, aux
+    try:
+        if compiled is not None:
+            (loss, aux), grads = compiled(inputs, *args)
+        else:
+            def scalar(p):
+                loss, aux = loss_of(p)
+                _check_scalar(loss, "jax")
+                return loss, aux
 
-        (loss, aux), grads = jax.value_and_grad(scalar, has_aux=True)(inputs)
-    back = _from_jax_gpu if on_gpu else np.asarray
+            (loss, aux), grads = jax.value_and_grad(scalar, has_aux=True)(inputs)
+    except jax.errors.TracerArrayConversionError as err:  # the usual slip: np.* on a tracer
+        raise TypeError(
+            "value_and_grad(backend='jax'): the loss function turned a traced value into a "
+            "NumPy array (a numpy function, np.asarray or float() on it), which JAX cannot "
+            "differentiate; write it with jax.numpy (import jax.numpy as jnp; jnp.tanh, "
+            "jnp.sum, ...).") from err
+    back = _from_jax_gpu if on_gpu else _host_copy
     grads = [grads] if single else list(grads)
     return back(loss).reshape(()), jax.tree_util.tree_map(back, aux), [back(g) for g in grads]
+
+
+def _host_copy(x):
+    """A writable NumPy array of a JAX result (``np.asarray`` alone lends JAX's read-only
+    buffer)."""
+    out = np.asarray(x)
+    return out if out.flags.writeable else out.copy()
 
 
 # (fn, has_aux) -> jax.jit(value_and_grad(...)); jax.jit caches per shape

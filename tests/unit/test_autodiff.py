@@ -386,3 +386,30 @@ def test_fit_names_a_variable_whose_hand_written_gradient_is_none():
     for got, want in zip(model.trainable_variables, before):
         np.testing.assert_array_equal(got.numpy(), want)
     assert int(optimizer.iterations.numpy()) == 0
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_jax_results_are_writable_numpy_arrays(jit):
+    """In-place gradient code (clipping, scaling) must work on what value_and_grad returns."""
+    w, _ = make_variables(mpidist.get_strategy())
+    (loss, aux), g = mpidist.autodiff.value_and_grad(
+        lambda p, x: (jnp.sum(x @ p), x @ p), w, X, backend="jax", has_aux=True, jit=jit)
+    for value in (loss, aux, g):
+        assert type(value) is np.ndarray and value.flags.writeable
+    np.clip(g, -1.0, 1.0, out=g)
+    assert g.max() == 1.0
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_numpy_functions_on_a_jax_tracer_say_to_use_jax_numpy(jit):
+    w, _ = make_variables(mpidist.get_strategy())
+    with pytest.raises(TypeError, match=r"turned a traced value into a NumPy array .*jax\.numpy"):
+        mpidist.autodiff.value_and_grad(lambda p: np.sum(np.tanh(p)), w, backend="jax", jit=jit)
+
+
+def test_autograd_differentiates_numpy_ufuncs_on_its_boxes():
+    """autograd boxes take part in NumPy's dispatch: np.tanh / np.sum differentiate too."""
+    w, _ = make_variables(mpidist.get_strategy())
+    loss, g = mpidist.autodiff.value_and_grad(lambda p: np.sum(np.tanh(p)), w, backend="autograd")
+    np.testing.assert_allclose(loss, 6 * np.tanh(1.0), rtol=1e-6)
+    np.testing.assert_allclose(g, np.full((3, 2), 1 - np.tanh(1.0) ** 2), rtol=1e-6)
