@@ -36,7 +36,6 @@ rounds of the slowest rank.
 import argparse
 import importlib.util
 import itertools
-import statistics
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,7 +49,7 @@ from mpidist.backend.traced import namespace_of
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import digits_mlp
-from job import per_call_us, world
+from job import interleaved, world
 
 GLOBAL_BATCH = digits_mlp.GLOBAL_BATCH
 MODELS = {
@@ -245,13 +244,9 @@ def measure(strategy, comm, widths, dtype, ways, rounds, min_time):
     check_gradients(strategy, steps, args, dtype)
     calls = {(way, part): (lambda fn=fn: strategy.run(fn, args=args))
              for way, pair in steps.items() for part, fn in zip(("gradients", "step"), pair)}
-    samples = {key: [] for key in calls}
-    for _ in range(rounds):
-        for key, call in calls.items():
-            samples[key].append(per_call_us(call, comm, min_time))
     times = {way: {} for way in ways}
-    for (way, part), values in samples.items():
-        times[way][part] = statistics.median(values)
+    for (way, part), median in interleaved(calls, rounds, comm, min_time).items():
+        times[way][part] = median
     return times
 
 

@@ -10,37 +10,13 @@ rounds, because these machines are noisy.
 """
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 
 import mpidist
+from job import interleaved  # benchmarks/ is on sys.path: the shared interleaving
 
 SIZES = {"4 KiB": 4 << 10, "256 KiB": 256 << 10, "4 MiB": 4 << 20, "64 MiB": 64 << 20}
-
-
-def per_call_us(fn, min_time=0.05):
-    """Median-free single timing: calls ``fn`` enough times to fill ``min_time`` seconds."""
-    fn()
-    calls, elapsed = 1, 0.0
-    while True:
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_time:
-            return elapsed / calls * 1e6
-        calls *= 2
-
-
-def interleaved(cases, rounds):
-    """Median µs per call of each named case, the cases taking turns in every round."""
-    samples = {name: [] for name in cases}
-    for _ in range(rounds):
-        for name, fn in cases.items():
-            samples[name].append(per_call_us(fn))
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def bench_dispatch(strategy, rounds):

@@ -15,18 +15,19 @@ its real costs (copy in, encode the sequence chunks, one all-reduce, compare, co
 """
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 from mpi4py import MPI
+
+from job import interleaved  # benchmarks/ is on sys.path when run as a script
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bytes", type=int, default=4096, help="float32 payload bytes")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--min-time", type=float, default=0.05,
+                        help="seconds each timed sample lasts at least")
     args = parser.parse_args(argv)
     comm = MPI.COMM_WORLD.Dup()
     size = comm.Get_size()
@@ -67,23 +68,12 @@ def main(argv=None):
     cases = {"agreement + Allreduce": two_calls, "envelope": envelope,
              "raw Allreduce": lambda: comm.Allreduce(x, out),
              "raw Allreduce of the envelope": lambda: comm.Allreduce(send, recv)}
-    samples = {name: [] for name in cases}
-    for fn in cases.values():
-        for _ in range(200):
-            fn()
-    for _ in range(args.rounds):
-        for name, fn in cases.items():
-            comm.Barrier()
-            start = time.perf_counter()
-            for _ in range(args.calls):
-                fn()
-            elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-            samples[name].append(elapsed / args.calls * 1e6)
+    medians = interleaved(cases, args.rounds, comm, args.min_time)
     if comm.Get_rank() == 0:
         print(f"{size} ranks, {args.bytes} B float32 payload; µs per call (median of "
               f"{args.rounds}, slowest rank):")
-        for name, values in samples.items():
-            print(f"  {name:32s} {statistics.median(values):7.2f}")
+        for name, median in medians.items():
+            print(f"  {name:32s} {median:7.2f}")
 
 
 if __name__ == "__main__":

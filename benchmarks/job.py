@@ -1,6 +1,8 @@
 """What the benchmarks that run alone or under mpiexec share: the MPI job, if any, and the
 slowest rank's time."""
 
+import statistics
+
 
 def world():
     """MPI_COMM_WORLD when launched on several ranks, else None (mpi4py is then not needed)."""
@@ -37,3 +39,13 @@ def per_call_us(fn, comm, min_time=0.05):
         if elapsed >= min_time:
             return elapsed / calls * 1e6
         calls *= 2
+
+
+def interleaved(cases, rounds, comm=None, min_time=0.05):
+    """Median µs per call of each named case (``{name: fn}``) on the slowest rank, the cases
+    taking turns in every round, each sample calibrated by ``per_call_us``."""
+    samples = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            samples[name].append(per_call_us(fn, comm, min_time))
+    return {name: statistics.median(values) for name, values in samples.items()}

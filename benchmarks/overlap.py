@@ -17,12 +17,13 @@ Every schedule's sums are checked against the sequential one's before timing.
 """
 
 import argparse
-import statistics
 import time
 
 import numpy as np
 from mpi4py import MPI
 from threadpoolctl import threadpool_limits
+
+from job import interleaved  # benchmarks/ is on sys.path when run as a script
 
 
 def _compute_kernel(work_us):
@@ -45,7 +46,8 @@ def main(argv=None):
     parser.add_argument("--buckets", type=int, default=8)
     parser.add_argument("--work", type=float, default=300.0, help="µs of compute per bucket")
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--steps", type=int, default=20, help="steps per timed sample")
+    parser.add_argument("--min-time", type=float, default=0.05,
+                        help="seconds each timed sample lasts at least")
     args = parser.parse_args(argv)
     # One BLAS thread per rank, as mpidist runs a CPU replica: ranks share the cores.
     threadpool_limits(1)
@@ -89,22 +91,13 @@ def main(argv=None):
         schedules[name]()
         if not all(np.array_equal(a, b) for a, b in zip(sums, want)):
             raise SystemExit(f"{name}: sums differ from the sequential schedule's")
-    samples = {name: [] for name in schedules}
-    for _ in range(args.rounds):
-        for name, fn in schedules.items():
-            comm.Barrier()
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                fn()
-            elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-            samples[name].append(elapsed / args.steps * 1e6)
+    medians = interleaved(schedules, args.rounds, comm, args.min_time)
     if rank == 0:
-        base = statistics.median(samples["sequential"])
+        base = medians["sequential"]
         print(f"{size} ranks, {args.buckets} buckets of {args.bucket_kib} KiB, "
               f"~{args.work:g} µs of compute per bucket; µs per step (median of {args.rounds}), "
               "ratio to sequential:")
-        for name, values in samples.items():
-            med = statistics.median(values)
+        for name, med in medians.items():
             print(f"  {name:16s} {med:9.0f} µs  {med / base:5.2f}x")
 
 
