@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import digits_mlp  # the examples share their data split and strategies
 import mpidist
 from mpidist.data import Dataset
 
@@ -30,29 +31,11 @@ FILTERS = 8
 
 
 def load_digits(seed=0):
-    """The 1797 digits as float32 8x8 one-channel images (NHWC) in [0, 1] and int32 labels,
-    shuffled once by ``seed`` and split into 1500 training and 297 test examples."""
-    from sklearn.datasets import load_digits as sklearn_digits
-
-    bunch = sklearn_digits()
-    images = (bunch.images / 16.0).astype(np.float32)[..., np.newaxis]
-    labels = bunch.target.astype(np.int32)  # JAX's default integer width
-    shuffled = np.random.default_rng(seed).permutation(len(labels))
-    images, labels = images[shuffled], labels[shuffled]
-    return (images[:1500], labels[:1500]), (images[1500:], labels[1500:])
-
-
-def make_strategy(kind, replicas):
-    """The strategy named on the command line, over ``replicas`` CPU devices (per rank)."""
-    devices = [f"/cpu:{i}" for i in range(replicas)]
-    if kind == "one-device":
-        return mpidist.OneDeviceStrategy("/cpu:0")
-    if kind == "mirrored":
-        return mpidist.MirroredStrategy(devices)
-    if kind == "multi-worker":
-        resolver = mpidist.cluster_resolver.MPIClusterResolver(local_devices=devices)
-        return mpidist.MultiWorkerMirroredStrategy(resolver)
-    raise ValueError(f"unknown strategy {kind!r}: one-device, mirrored or multi-worker")
+    """digits_mlp's split (same shuffle, same 1500 / 297 examples) as float32 8x8 one-channel
+    images (NHWC) and int32 labels (JAX's default integer width)."""
+    (train_x, train_y), (test_x, test_y) = digits_mlp.load_digits(seed)
+    return ((train_x.reshape(-1, 8, 8, 1).astype(np.float32), train_y.astype(np.int32)),
+            (test_x.reshape(-1, 8, 8, 1).astype(np.float32), test_y.astype(np.int32)))
 
 
 class ConvNet:
@@ -110,7 +93,7 @@ def train_dataset(images, labels):
 def run(kind="one-device", replicas=2, epochs=3, learning_rate=0.05, verbose=0):
     """Train and evaluate; returns ``(test accuracy, final weights as host arrays, strategy)``."""
     (train_x, train_y), (test_x, test_y) = load_digits()
-    strategy = make_strategy(kind, replicas)
+    strategy = digits_mlp.make_strategy(kind, replicas)
     with strategy.scope():
         model = ConvNet()
         optimizer = mpidist.optimizers.SGD(learning_rate, momentum=0.9)

@@ -28,36 +28,11 @@ import numpy as np
 from autograd.scipy.special import logsumexp
 
 import mpidist
+from digits_mlp import load_digits, make_strategy  # the examples' shared data and strategies
 from mpidist.data import Dataset
 
 GLOBAL_BATCH = 64
 L2 = 1e-4  # weight of the L2 penalty on the weight matrices
-
-
-def load_digits(seed=0):
-    """The 1797 digits as float64 pixel rows scaled to [0, 1] and int64 labels, shuffled once
-    by ``seed`` and split into 1500 training and 297 test examples."""
-    from sklearn.datasets import load_digits as sklearn_digits
-
-    bunch = sklearn_digits()
-    pixels = bunch.data.astype(np.float64) / 16.0
-    labels = bunch.target.astype(np.int64)
-    shuffled = np.random.default_rng(seed).permutation(len(labels))
-    pixels, labels = pixels[shuffled], labels[shuffled]
-    return (pixels[:1500], labels[:1500]), (pixels[1500:], labels[1500:])
-
-
-def make_strategy(kind, replicas):
-    """The strategy named on the command line, over ``replicas`` CPU devices (per rank)."""
-    devices = [f"/cpu:{i}" for i in range(replicas)]
-    if kind == "one-device":
-        return mpidist.OneDeviceStrategy("/cpu:0")
-    if kind == "mirrored":
-        return mpidist.MirroredStrategy(devices)
-    if kind == "multi-worker":
-        resolver = mpidist.cluster_resolver.MPIClusterResolver(local_devices=devices)
-        return mpidist.MultiWorkerMirroredStrategy(resolver)
-    raise ValueError(f"unknown strategy {kind!r}: one-device, mirrored or multi-worker")
 
 
 # -- the model: parameters are Variables, the forward pass a function of their values ------------
