@@ -96,14 +96,7 @@ def value_and_grad(fn, variables, *args, backend=None, has_aux=False, jit=False,
         structured = tuple(params) if isinstance(variables, tuple) else params
 
     def loss_of(p):
-        out = fn(p, *args, **kwargs)
-        if has_aux:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise ValueError(
-                    f"value_and_grad(has_aux=True): the loss function must return (loss, aux), "
-                    f"got {short_repr(out)}.")
-            return out
-        return out, None
+        return _loss_and_aux(fn(p, *args, **kwargs), has_aux)
 
     if jit:
         loss, aux, grads = _with_jax(loss_of, structured, single, params,
@@ -168,6 +161,16 @@ def _require(backend):
         raise ImportError(
             f"value_and_grad(backend={backend!r}) needs the {backend} package, which is not "
             f"installed: pip install 'mpidist[{_EXTRA[backend]}]'.") from err
+
+
+def _loss_and_aux(out, has_aux):
+    """The loss function's ``out`` as ``(loss, aux)`` (aux None without ``has_aux``)."""
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise ValueError(f"value_and_grad(has_aux=True): the loss function must return (loss, "
+                         f"aux), got {short_repr(out)}.")
+    return out
 
 
 def _check_scalar(loss, kind):
@@ -273,15 +276,7 @@ def _compiled(fn, has_aux):
         import jax  # noqa: PLC0415 - an optional extra
 
         def scalar(p, *args):
-            out = fn(p, *args)
-            if has_aux:
-                if not (isinstance(out, tuple) and len(out) == 2):
-                    raise ValueError(
-                        "value_and_grad(has_aux=True): the loss function must return (loss, "
-                        f"aux), got {short_repr(out)}.")
-                loss, aux = out
-            else:
-                loss, aux = out, None
+            loss, aux = _loss_and_aux(fn(p, *args), has_aux)
             _check_scalar(loss, "jax")
             return loss, aux
 

@@ -413,3 +413,13 @@ def test_autograd_differentiates_numpy_ufuncs_on_its_boxes():
     loss, g = mpidist.autodiff.value_and_grad(lambda p: np.sum(np.tanh(p)), w, backend="autograd")
     np.testing.assert_allclose(loss, 6 * np.tanh(1.0), rtol=1e-6)
     np.testing.assert_allclose(g, np.full((3, 2), 1 - np.tanh(1.0) ** 2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend, jit", [("autograd", False), ("jax", False), ("jax", True)])
+def test_has_aux_needs_a_pair(backend, jit):
+    w, _ = make_variables(mpidist.get_strategy())
+    xp = BACKENDS[backend]
+    with pytest.raises(ValueError, match=r"has_aux=True\): the loss function must return "
+                       r"\(loss, aux\), got"):
+        mpidist.autodiff.value_and_grad(lambda p: xp.sum(p), w, backend=backend, has_aux=True,
+                                        jit=jit)
