@@ -26,7 +26,7 @@ import numpy as np
 
 from mpidist.backend import array_module
 from mpidist.backend.traced import namespace_of, traced_kind
-from mpidist.core.messages import short_repr
+from mpidist.core.messages import named_instance, short_repr
 from mpidist.strategies.context import get_strategy
 from mpidist.values.variables import Variable
 
@@ -132,10 +132,9 @@ def _check_strategy(variables):
         owner = v.distribute_strategy
         if owner is not None and owner is not current:
             raise ValueError(
-                f"value_and_grad: variable {v.name!r} belongs to {type(owner).__name__} at "
-                f"{id(owner):#x} but this step runs under {type(current).__name__} at "
-                f"{id(current):#x}; differentiate a model created inside the scope of the "
-                "strategy that runs the step.")
+                f"value_and_grad: variable {v.name!r} belongs to {named_instance(owner)} but "
+                f"this step runs under {named_instance(current)}; differentiate a model "
+                "created inside the scope of the strategy that runs the step.")
 
 
 def _backend_for(backend, params):

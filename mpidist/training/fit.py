@@ -29,6 +29,7 @@ from mpidist.backend import array_module, as_array
 from mpidist.data.dataset import Dataset
 from mpidist.data.distributed import DistributedDataset, epoch_iterator
 from mpidist.core import state
+from mpidist.core.messages import named_instance
 from mpidist.core.user_calls import labelled, user_call
 from mpidist.strategies.context import get_replica_context, get_strategy
 from mpidist.training.autodiff import BACKENDS, model_loss_and_gradients, model_per_example_loss
@@ -65,10 +66,6 @@ def _model_outputs(model, x, y, autodiff):
     return model_loss_and_gradients(model, x, y, backend=autodiff)
 
 
-def _describe_strategy(strategy):
-    return f"{type(strategy).__name__} at {id(strategy):#x}"
-
-
 def _resolve_strategy(strategy, model, optimizer, call):
     """The strategy to run ``call`` under: the one that owns the model's variables (and the
     optimizer's state), which must agree with ``strategy`` when given.
@@ -82,7 +79,7 @@ def _resolve_strategy(strategy, model, optimizer, call):
         if owner is not None:
             owners.setdefault(id(owner), (owner, f"variable {getattr(var, 'name', '?')!r}"))
     if len(owners) > 1:
-        listing = "; ".join(f"{what} under {_describe_strategy(s)}" for s, what in owners.values())
+        listing = "; ".join(f"{what} under {named_instance(s)}" for s, what in owners.values())
         raise ValueError(
             f"{call}: the model's variables belong to {len(owners)} different strategies "
             f"({listing}). Create every variable of the model in one `with strategy.scope():`.")
@@ -91,9 +88,9 @@ def _resolve_strategy(strategy, model, optimizer, call):
         opt_owner = getattr(getattr(optimizer, "iterations", None), "distribute_strategy", None)
         if opt_owner is not model_owner and (opt_owner is not None or owners):
             where = ("outside any strategy's scope" if model_owner is None
-                     else f"under {_describe_strategy(model_owner)}")
+                     else f"under {named_instance(model_owner)}")
             opt_where = ("outside any strategy's scope" if opt_owner is None
-                         else f"under {_describe_strategy(opt_owner)}")
+                         else f"under {named_instance(opt_owner)}")
             raise ValueError(
                 f"{call}: the optimizer was created {opt_where} but the model's variables "
                 f"{where}. Create the model and the optimizer in the same "
@@ -102,8 +99,8 @@ def _resolve_strategy(strategy, model, optimizer, call):
         return model_owner if model_owner is not None else get_strategy()
     if model_owner is not None and model_owner is not strategy:
         raise ValueError(
-            f"{call}: strategy={_describe_strategy(strategy)} but the model's variables were "
-            f"created under {_describe_strategy(model_owner)}. Pass the strategy whose scope "
+            f"{call}: strategy={named_instance(strategy)} but the model's variables were "
+            f"created under {named_instance(model_owner)}. Pass the strategy whose scope "
             "created the model (or leave strategy= out: fit and evaluate use the variables' "
             "strategy).")
     return strategy
