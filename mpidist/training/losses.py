@@ -5,6 +5,7 @@ global mean: the sum of its per-example losses divided by the GLOBAL batch size.
 """
 
 import numbers
+import warnings
 
 import numpy as np
 
@@ -16,7 +17,40 @@ from mpidist.strategies.context import get_strategy, has_strategy, in_cross_repl
 from mpidist.types import ReduceOp
 from mpidist.values.containers import DistributedValues
 
-__all__ = ["compute_average_loss", "scale_regularization_loss", "get_loss_reduction"]
+__all__ = ["compute_average_loss", "scale_regularization_loss", "get_loss_reduction",
+           "match_label_shapes"]
+
+
+def match_label_shapes(y_true, y_pred, where, pred_name="y_pred"):
+    """``(y_true, y_pred)`` with the same shape, or a ValueError naming both shapes.
+
+    As Keras' ``squeeze_or_expand_to_same_rank``, a trailing dimension of 1 on the side with
+    one more dimension is dropped (labels ``(N, 1)`` against predictions ``(N,)``, or the
+    reverse); any other difference is an error instead of NumPy broadcasting, which would
+    compare every label with every prediction (``(N,)`` against ``(N, 2)`` gives ``(N, 2)``,
+    and ``(N,)`` against ``(1, N)`` gives ``(N, N)``) and average the wrong numbers. Works on
+    NumPy, CuPy and traced arrays. ``where`` names the caller in the message, ``pred_name``
+    what ``y_pred`` is."""
+    t, p = y_true, y_pred
+    if t.ndim == p.ndim + 1 and t.shape[-1] == 1:
+        t = t.reshape(t.shape[:-1])
+    elif p.ndim == t.ndim + 1 and p.shape[-1] == 1:
+        p = p.reshape(p.shape[:-1])
+    if tuple(t.shape) != tuple(p.shape):
+        raise ValueError(
+            f"{where}: y_true of shape {tuple(y_true.shape)} and {pred_name} of shape "
+            f"{tuple(y_pred.shape)} do not match{_broadcast_note(t.shape, p.shape)}. The shapes "
+            "must be equal, up to one trailing dimension of 1 (as in Keras); reshape the labels "
+            "or the predictions (e.g. y.reshape(-1, 1) or predictions[:, 0]).")
+    return t, p
+
+
+def _broadcast_note(a, b):
+    try:
+        joint = np.broadcast_shapes(tuple(a), tuple(b))
+    except ValueError:
+        return ""
+    return f" (NumPy would broadcast them to {joint} and compare every pair)"
 
 
 def _as_loss_array(per_example_loss, what="per_example_loss"):
@@ -107,10 +141,37 @@ def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size
     if global_batch_size < 0:
         raise InvalidArgumentError(
             f"global_batch_size must be non-negative. Got {global_batch_size}.")
+    _check_rows_fit(int(loss.shape[0]), global_batch_size)
     total = xp.sum(loss)
     if global_batch_size == 0:
         return xp.zeros((), dtype=loss.dtype)
     return (total / loss.dtype.type(global_batch_size)).astype(loss.dtype)
+
+
+def _check_rows_fit(rows, global_batch_size):
+    """A ``global_batch_size`` smaller than the rows one replica received is surely wrong (the
+    loss would no longer be a mean: each example would weigh more than 1/N); more rows than an
+    even share of it, under several replicas, is most likely the per-replica batch size given
+    for the global one (every gradient then comes out num_replicas_in_sync times too large).
+    0 is TF's "no examples" case (the loss is 0), left alone."""
+    if global_batch_size == 0:
+        return
+    if rows > global_batch_size:
+        raise ValueError(
+            f"compute_average_loss: global_batch_size={global_batch_size} but this replica alone "
+            f"received {rows} examples (per_example_loss has {rows} rows), so the global batch "
+            "has at least that many; pass the number of examples in the step over all replicas "
+            "(the per-replica batch size times strategy.num_replicas_in_sync), or leave "
+            "global_batch_size=None inside strategy.run.")
+    replicas = get_strategy().num_replicas_in_sync
+    share = -(-global_batch_size // replicas)
+    if replicas > 1 and rows > share:
+        warnings.warn(
+            f"compute_average_loss: this replica received {rows} examples but "
+            f"global_batch_size={global_batch_size} over {replicas} replicas is at most {share} "
+            f"per replica; global_batch_size looks like the per-replica batch size, which makes "
+            f"every gradient {replicas} times too large. Pass the global batch size (e.g. "
+            f"{rows * replicas}).", RuntimeWarning, stacklevel=3)
 
 
 def scale_regularization_loss(regularization_loss):

@@ -17,6 +17,7 @@ from mpidist.backend.traced import untraced
 from mpidist.core import state
 from mpidist.core.messages import short_repr
 from mpidist.core.user_calls import user_call
+from mpidist.training.losses import match_label_shapes
 from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues
 from mpidist.values.distributed_variables import is_distributed_variable
@@ -357,16 +358,7 @@ class Accuracy(Mean):
         _check_input(self, "y_true", given[0], y_true, "biufSU", required=True)
         _check_input(self, "y_pred", given[1], y_pred, "biufSU", required=True)
         _check_input(self, "sample_weight", sample_weight, w)
-        t, p = y_true, y_pred
-        if t.ndim == p.ndim + 1 and t.shape[-1] == 1:
-            t = _squeeze_last(t)
-        elif p.ndim == t.ndim + 1 and p.shape[-1] == 1:
-            p = _squeeze_last(p)
-        if t.shape != p.shape:
-            raise ValueError(
-                f"Metric {self._name!r}: y_true of shape {tuple(y_true.shape)} and y_pred of "
-                f"shape {tuple(y_pred.shape)} are not compatible: the shapes must be equal."
-            )
+        t, p = match_label_shapes(y_true, y_pred, f"Metric {self._name!r}")
         return self._mean_deltas(xp, t == p, w)
 
 
@@ -388,13 +380,14 @@ class SparseCategoricalAccuracy(Mean):
         _check_input(self, "y_true (integer class labels)", given[0], y_true, "iuf", required=True)
         _check_input(self, "y_pred (class scores)", given[1], y_pred, "iuf", required=True)
         _check_input(self, "sample_weight", sample_weight, w)
-        t = y_true
-        if t.ndim == y_pred.ndim and t.ndim > 0 and t.shape[-1] == 1:
-            t = _squeeze_last(t)
-        if y_pred.ndim == 0 or y_pred.shape[-1] == 0 or tuple(t.shape) != tuple(y_pred.shape[:-1]):
+        if y_pred.ndim == 0 or y_pred.shape[-1] == 0 or y_true.ndim > y_pred.ndim:
             raise ValueError(
                 f"Metric {self._name!r}: y_true of shape {tuple(y_true.shape)} and y_pred of "
                 f"shape {tuple(y_pred.shape)} are not compatible: y_pred must be scores of shape "
                 "[N, ..., C] (C > 0) and y_true integer labels of shape [N, ...] or [N, ..., 1]."
             )
-        return self._mean_deltas(xp, t == xp.argmax(y_pred, axis=-1), w)
+        # the labels against the predicted classes, by the losses' and metrics' one rule
+        t, predicted = match_label_shapes(
+            y_true, xp.argmax(y_pred, axis=-1), f"Metric {self._name!r}",
+            f"the classes predicted by y_pred of shape {tuple(y_pred.shape)} (its argmax)")
+        return self._mean_deltas(xp, t == predicted, w)

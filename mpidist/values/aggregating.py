@@ -180,6 +180,9 @@ class AggregatingVariable(Variable):
             return arr  # the replica's device holds the copy
         return self._read_copy(arr, wanted, ctx)
 
+    def _lends(self, arr: Any) -> bool:
+        return self._v._lends(arr)  # a per-run read copy on another device is not lent
+
     def _read_copy(self, arr: Any, device: DeviceSpec | None, ctx: Any) -> Array:
         """``arr`` on ``device``, copied once per run (``ctx``) and per write (``_version``).
         A copy living in a shared buffer (an optimizer's arena) is written in place by fused

@@ -134,6 +134,10 @@ class DistributedVariable(DistributedValues, Variable):
     def _mirrored_values(self) -> Mirrored:
         return Mirrored([c.value() for c in self._values], self._devices)
 
+    def _lends(self, arr: Any) -> bool:
+        # a replica's copy (or the primary) may be lent read-only; an aggregate is a new array
+        return any(arr is c.storage for c in self._values)
+
 
 class MirroredVariable(DistributedVariable):
     """Kept equal on every replica; updates in replica context are aggregated first.

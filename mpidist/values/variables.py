@@ -6,7 +6,9 @@ any scope a plain Variable. Variables act as arrays in NumPy code (``np.asarray(
 ``v.numpy()``); a distributed variable then acts as the current replica's copy.
 """
 
+import contextlib
 import operator
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from mpidist.values.distributed_variables import DistributedVariable
 
 __all__ = ["Variable", "as_aggregation", "as_synchronization", "initial_array", "Casting",
-           "Shape"]
+           "Shape", "record_direct_reads"]
 
 Casting: TypeAlias = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
 """NumPy's casting rules, as ``np.can_cast`` names them."""
@@ -55,6 +57,40 @@ def as_aggregation(value: VariableAggregation | str) -> VariableAggregation:
         f"Invalid variable aggregation mode: {value!r} for variable; use one of "
         f"{[m.name for m in VariableAggregation]} from mpidist.VariableAggregation."
     )
+
+
+# Reads of a variable as a value (``w.numpy()``, ``np.asarray(w)``, ``x @ w``) while
+# value_and_grad traces a loss on this thread: the autodiff library sees such a read as a
+# constant, so a loss that reads a variable it differentiates loses that part of the gradient.
+# The count lets a read skip the thread-local lookup when no thread is recording.
+_recording = 0
+_recording_lock = threading.Lock()
+_reads = threading.local()
+
+
+@contextlib.contextmanager
+def record_direct_reads() -> Iterator[list["Variable"]]:
+    """``with record_direct_reads() as reads:`` lists the variables this thread reads as
+    values inside the block (in order, repeats kept); nested blocks each see their own."""
+    global _recording
+    seen: list[Variable] = []
+    outer = getattr(_reads, "seen", None)
+    _reads.seen = seen
+    with _recording_lock:
+        _recording += 1
+    try:
+        yield seen
+    finally:
+        with _recording_lock:
+            _recording -= 1
+        _reads.seen = outer
+
+
+def _note_read(variable: "Variable") -> None:
+    if _recording:
+        seen = getattr(_reads, "seen", None)
+        if seen is not None:
+            seen.append(variable)
 
 
 class _VariableMeta(type):
@@ -244,6 +280,7 @@ class Variable(metaclass=_VariableMeta):
 
     def value(self) -> Array:
         """A snapshot of the current value (an array on the variable's device)."""
+        _note_read(self)
         return self.current_array().copy()
 
     def read_value(self) -> Array:
@@ -251,31 +288,68 @@ class Variable(metaclass=_VariableMeta):
 
     def numpy(self) -> np.ndarray:
         """A host NumPy copy of the current value."""
+        _note_read(self)
         return np.array(as_array(self.current_array()), copy=True)
 
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
                   ) -> np.ndarray:
-        return np.asarray(as_array(self.current_array()), dtype=dtype)
+        """NumPy 2's conversion contract. ``np.array(v)`` / ``np.asarray(v)`` (``copy`` True
+        or None) give a copy, as ``tf.Variable`` does: writing into the storage itself would
+        bypass ``assign`` (a distributed variable's other copies, an optimizer's arena, a
+        parameter server never see it). ``copy=False`` lends the storage read-only, without a
+        copy, and raises ValueError where the value needs a copy to exist on the host (another
+        dtype, a GPU, a parameter server, an aggregate of replicas)."""
+        _note_read(self)
+        arr = self.current_array()
+        if copy is False:
+            wanted = arr.dtype if dtype is None else np.dtype(dtype)
+            if not (self._lends(arr) and array_module(arr) is np and wanted == arr.dtype):
+                raise ValueError(
+                    f"np.asarray(variable {self.name!r}, copy=False): the value cannot be "
+                    f"lent without a copy ({self._why_copied(arr, wanted)}); use np.asarray(v) "
+                    "or v.numpy(), which copy.")
+            view = arr.view()
+            view.flags.writeable = False
+            return view
+        return np.array(as_array(arr), dtype=dtype, copy=True)
+
+    def _lends(self, arr: Any) -> bool:
+        """Whether ``arr`` (from ``current_array``) is this variable's own storage, which
+        ``__array__(copy=False)`` may lend read-only."""
+        return arr is getattr(self, "_value", None)
+
+    def _why_copied(self, arr: Any, dtype: np.dtype) -> str:
+        if array_module(arr) is not np:
+            return "it lives on a GPU"
+        if dtype != arr.dtype:
+            return f"dtype {dtype} was asked for and the variable holds {arr.dtype}"
+        return "it is read from elsewhere (another replica, a parameter server, an aggregate)"
 
     def __float__(self) -> float:
+        _note_read(self)
         return float(self.current_array())
 
     def __int__(self) -> int:
+        _note_read(self)
         return int(self.current_array())
 
     def __index__(self) -> int:
+        _note_read(self)
         return int(self.current_array())
 
     def __bool__(self) -> bool:
+        _note_read(self)
         return bool(self.current_array())
 
     def __len__(self) -> int:
         return len(self.current_array())
 
     def __iter__(self) -> Iterator[Any]:
+        _note_read(self)
         return iter(self.current_array())
 
     def __getitem__(self, key: Any) -> Any:
+        _note_read(self)
         return self.current_array()[key]
 
     def __repr__(self) -> str:
@@ -489,7 +563,9 @@ class Variable(metaclass=_VariableMeta):
 
 def _binary(name: str) -> Callable[[Variable, Any], Any]:
     def method(self: Variable, other: Any) -> Any:
+        _note_read(self)
         if isinstance(other, Variable):
+            _note_read(other)
             other = other.current_array()
         return getattr(self.current_array(), name)(other)
 
@@ -506,6 +582,7 @@ for _name in ("lt", "le", "gt", "ge"):
 
 def _unary(name: str, op: Callable[[Any], Any]) -> Callable[[Variable], Any]:
     def method(self: Variable) -> Any:
+        _note_read(self)
         return op(self.current_array())
 
     method.__name__ = name
