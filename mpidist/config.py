@@ -54,6 +54,28 @@ def _env_number(name, default, kind=float, off=None):
     return number
 
 
+def _env_deadline(name, default):
+    """A finite positive number of seconds from ``name``. A deadline can be raised, never
+    turned off: ``off``, ``inf`` and the like warn and keep the default."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        number = float(raw.strip())
+    except ValueError:
+        number = float("nan")
+    if not (number > 0 and number != float("inf")):
+        warnings.warn(
+            f"{name}={raw!r} is not a finite positive number of seconds. mpidist never waits "
+            f"without a deadline: give a larger number to wait longer. Using the default "
+            f"{default:g} s.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return default
+    return number
+
+
 def _env_threads(name):
     """``auto`` (default), ``off`` (None) or a positive thread count."""
     raw = os.environ.get(name, "").strip().lower()
@@ -150,6 +172,22 @@ class Config:
         ps_pickle: ``MPIDIST_PS_PICKLE``: ``by_value`` (default) lets scheduled functions
             that cannot be imported on workers travel by value (cloudpickle); ``by_name``
             refuses them.
+        ps_closure_timeout: ``MPIDIST_PS_CLOSURE_TIMEOUT``: seconds a scheduled function may
+            run on a worker before it fails with DeadlineExceededError naming the function and
+            the worker (default 1800; docs/ps.md, "Deadlines").
+        ps_coordinator_timeout: ``MPIDIST_PS_COORDINATOR_TIMEOUT``: seconds a ps or worker
+            rank goes on without hearing from the chief (which sends a heartbeat every
+            ``ps_heartbeat_seconds``) before it decides the chief is gone and ends (default 30).
+        collective_timeout: ``MPIDIST_COLLECTIVE_TIMEOUT``: seconds a collective across ranks
+            may take when its CommunicationOptions give no ``timeout_seconds`` (default 600,
+            NCCL's watchdog default in torch.distributed); then DeadlineExceededError names
+            the ranks that never arrived. Finite: a deadline can be raised, not turned off.
+        wait_timeout: ``MPIDIST_WAIT_TIMEOUT``: seconds any other wait inside one process may
+            last without progress (replica threads at merge_call, a thread's exit, the
+            coordinator's join and fetch; default 600).
+        construction_timeout: ``MPIDIST_CONSTRUCTION_TIMEOUT``: seconds the ranks of a job
+            wait for each other when a strategy is built and agree on its configuration
+            (default 300).
         set_variables: The ``MPIDIST_*`` names present in the environment (so a report can
             say whether a setting came from the user or is the default).
     """
@@ -176,6 +214,11 @@ class Config:
     ps_poll_spin_seconds: float = 0.002
     ps_faults: str = ""
     ps_pickle: str = "by_value"
+    ps_closure_timeout: float = 1800.0
+    ps_coordinator_timeout: float = 30.0
+    collective_timeout: float = 600.0
+    wait_timeout: float = 600.0
+    construction_timeout: float = 300.0
     set_variables: frozenset = frozenset()
 
     @classmethod
@@ -198,8 +241,8 @@ class Config:
                                                    512 << 10, kind=int),
             mpi_thread_level=_env_thread_level("MPIDIST_MPI_THREAD_LEVEL", "serialized"),
             num_ps=_env_number("MPIDIST_NUM_PS", 1, kind=int),
-            ps_timeout=_env_number("MPIDIST_PS_TIMEOUT", 60.0),
-            ps_connect_timeout=_env_number("MPIDIST_PS_CONNECT_TIMEOUT", 300.0),
+            ps_timeout=_env_deadline("MPIDIST_PS_TIMEOUT", 60.0),
+            ps_connect_timeout=_env_deadline("MPIDIST_PS_CONNECT_TIMEOUT", 300.0),
             ps_heartbeat_seconds=_env_number("MPIDIST_PS_HEARTBEAT_SECONDS", 2.0),
             ps_inflight_per_worker=max(1, _env_number("MPIDIST_PS_INFLIGHT_PER_WORKER", 2,
                                                       kind=int)),
@@ -207,6 +250,11 @@ class Config:
             ps_poll_spin_seconds=_env_number("MPIDIST_PS_POLL_SPIN_SECONDS", 0.002),
             ps_faults=os.environ.get("MPIDIST_PS_FAULTS", "").strip(),
             ps_pickle=_env_ps_pickle("MPIDIST_PS_PICKLE"),
+            ps_closure_timeout=_env_deadline("MPIDIST_PS_CLOSURE_TIMEOUT", 1800.0),
+            ps_coordinator_timeout=_env_deadline("MPIDIST_PS_COORDINATOR_TIMEOUT", 30.0),
+            collective_timeout=_env_deadline("MPIDIST_COLLECTIVE_TIMEOUT", 600.0),
+            wait_timeout=_env_deadline("MPIDIST_WAIT_TIMEOUT", 600.0),
+            construction_timeout=_env_deadline("MPIDIST_CONSTRUCTION_TIMEOUT", 300.0),
         )
 
 

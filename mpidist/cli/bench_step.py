@@ -26,6 +26,9 @@ the median of the rounds (mpidist.cli.bench.Timer). The call count is calibrated
 case.
 """
 
+# wait-ok-file: the raw mpi4py calls here are the baselines being measured (and their timers'
+# barriers); bounding them would change what is measured. The timed public path is mpidist's.
+
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence

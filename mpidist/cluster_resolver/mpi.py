@@ -15,6 +15,7 @@ import os
 from mpidist.backend import num_gpus
 from mpidist.cluster_resolver.base import ClusterResolver, format_master_url
 from mpidist.cluster_resolver.cluster_spec import ClusterSpec
+from mpidist.comm.arrival import private_duplicate
 from mpidist.comm.communicator import world_communicator
 from mpidist.comm.mpi import install_abort_on_exception, mpi_module
 from mpidist.comm.topology import Topology
@@ -210,7 +211,10 @@ def world_topology() -> Topology:
     """Who is where in MPI_COMM_WORLD (made once per process, collectively)."""
     if not _topology:
         mpi = mpi_module()
-        _topology.append(Topology(mpi, mpi.COMM_WORLD))
+        # On a private duplicate made once every rank arrived: a rank that never builds the
+        # resolver ends the others' wait with a report instead of a hang.
+        world = private_duplicate(mpi.COMM_WORLD, "an MPIClusterResolver (its topology)")
+        _topology.append(Topology(mpi, world))
         if mpi.COMM_WORLD.Get_size() > 1:  # an error on one rank ends the job, as with MWMS
             install_abort_on_exception()
     return _topology[0]

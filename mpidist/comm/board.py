@@ -9,12 +9,13 @@ message; those that are not stuck in a collective themselves do not answer, whic
 from __future__ import annotations
 
 import pickle
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import numpy.typing as npt
+
+from mpidist.core.waiting import wait_until
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -96,12 +97,13 @@ class ProgressBoard:
         for rank in range(world_size):
             if rank not in known:
                 control.isend(payload, dest=rank, tag=_BOARD_TAG)  # left pending: job is ending
-        deadline = time.monotonic() + grace_seconds
-        while time.monotonic() < deadline and len(known) < world_size:
-            if control.Iprobe(tag=_BOARD_TAG):
-                known.update(pickle.loads(control.recv(tag=_BOARD_TAG)))
-            else:
-                time.sleep(0.01)
+        def gather_one() -> bool:
+            if control.Iprobe(tag=_BOARD_TAG):  # the message is there: recv returns at once
+                known.update(pickle.loads(control.recv(tag=_BOARD_TAG)))  # wait-ok: probed
+            return len(known) >= world_size
+
+        wait_until(gather_one, "the progress of ranks on other nodes", "the stuck ranks",
+                   timeout=grace_seconds, poll=0.01, on_expiry=lambda wait, now: None)
         return known
 
     def free(self) -> None:

@@ -65,8 +65,9 @@ class CollectiveGuard:
         seq: The number of the current (or last) collective; the first is 1.
         lock: Held for the whole of each collective: one collective at a time per process.
         check_collectives: Whether the ranks agree on each call's fingerprint.
-        stall_seconds: A wait without deadline logs the missing ranks after this long (None:
-            never).
+        stall_seconds: A wait logs the missing ranks after this long (None: never).
+        default_timeout: The deadline of a collective whose caller gives none
+            (``MPIDIST_COLLECTIVE_TIMEOUT``): every collective has one.
         board: This node's ProgressBoard.
         rank_state: The rank-state file's writer, or None.
         timeline: The timeline recorder (``MPIDIST_TIMELINE``), or None.
@@ -82,6 +83,7 @@ class CollectiveGuard:
         self.lock = threading.RLock()
         self.check_collectives = config.check_collectives
         self.stall_seconds = config.stall_warning_seconds
+        self.default_timeout = config.collective_timeout
         self.board = ProgressBoard(mpi, topology.node, topology.node_ranks)
         self.rank_state = RankStateWriter.attach(config.rank_state_path, self.rank, self.size)
         self.timeline = Timeline(config.timeline_path, self.rank, self.size, topology.hosts) \
@@ -101,8 +103,8 @@ class CollectiveGuard:
 
     def collective(self, call: CollectiveCall, timeout: float | None) -> CollectiveScope:
         """``with guard.collective(call, timeout) as wait:`` runs one collective (see the
-        module's docstring); ``wait`` is its Waiter."""
-        return CollectiveScope(self, call, timeout)
+        module's docstring); ``wait`` is its Waiter. ``timeout`` None: the default deadline."""
+        return CollectiveScope(self, call, self.default_timeout if timeout is None else timeout)
 
     def refuse(self) -> NoReturn:
         """Raise the error of a collective asked for once the guard is broken."""
@@ -126,7 +128,7 @@ class CollectiveGuard:
         # Every rank saw the disagreement (MAX and -MAX differ for all), so all gather this.
         mine = (self.seq, call.operation, call.fields, call.calls)
         payload = np.frombuffer(pickle.dumps(mine), dtype=np.uint8)
-        wait = Waiter(self, CollectiveCall("all_gather_object"), None)
+        wait = Waiter(self, CollectiveCall("all_gather_object"), self.default_timeout)
         entries = [pickle.loads(part.tobytes())
                    for part in all_gather_bytes(self._data, payload, wait)]
         raise mismatch_error(self.rank, entries)
@@ -139,11 +141,13 @@ class CollectiveGuard:
             f"Collective has timed out during execution: collective #{self.seq} "
             f"{call.describe()} ({what}) did not complete within {timeout:g} s on rank "
             f"{self.rank}. {report} The job cannot continue: this rank ends the job when it "
-            "exits (set a larger CommunicationOptions(timeout_seconds=...) if a rank is just slow)."
+            "exits (if a rank is just slow, raise the deadline: "
+            "CommunicationOptions(timeout_seconds=...) or MPIDIST_COLLECTIVE_TIMEOUT)."
         )
 
     def stall_report(self, call: CollectiveCall, what: str, waited: float) -> str:
-        """The warning for a wait without deadline that has lasted ``waited`` seconds."""
+        """The warning for a collective that has waited ``waited`` seconds (its deadline not yet
+        passed)."""
         return (f"rank {self.rank} has waited {waited:.0f} s in collective #{self.seq} "
                 f"{call.describe()} ({what}). {self.missing_report(call, grace=0.5)}")
 
@@ -177,15 +181,14 @@ class CollectiveScope:
 
     __slots__ = ("_guard", "_call", "_timeout", "_wait", "_start", "_agreed")
 
-    def __init__(self, guard: CollectiveGuard, call: CollectiveCall, timeout: float | None
-                 ) -> None:
+    def __init__(self, guard: CollectiveGuard, call: CollectiveCall, timeout: float) -> None:
         self._guard = guard
         self._call = call
         self._timeout = timeout
 
     def __enter__(self) -> Waiter:
         guard = self._guard
-        guard.lock.acquire()
+        guard.lock.acquire()  # wait-ok: held by a collective, itself bounded by its deadline
         try:
             if guard.broken is not None:
                 guard.refuse()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from mpidist.comm.arrival import private_duplicate
 from mpidist.comm.collective_call import CollectiveCall, dtype_name
 from mpidist.comm.collective_guard import CollectiveGuard
 from mpidist.comm.gather import all_gather_bytes, all_gather_varying
@@ -29,7 +30,7 @@ from mpidist.comm.mpi import abort_job, check_launch, install_abort_on_exception
 from mpidist.comm.shared_memory import SharedMemoryAllReduce
 from mpidist.comm.topology import Topology
 from mpidist.config import get_config
-from mpidist.errors import InvalidArgumentError
+from mpidist.errors import DeadlineExceededError, InvalidArgumentError
 from mpidist.kernels.arrays import is_device_array
 from mpidist.logs import get_logger, set_rank
 
@@ -92,8 +93,9 @@ class Communicator:
         base = mpi.COMM_WORLD if comm is None else comm
         if comm is None:
             check_launch(base.Get_size())
-        self._comm = base.Dup()
-        self._control = base.Dup()  # board exchange after a timeout, off the data path
+        # Bounded: a rank that never builds the communicator must not hang the others.
+        self._comm = private_duplicate(base, "mpidist's communicator (a strategy across ranks)")
+        self._control = self._comm.Dup()  # board exchange after a timeout, off the data path
         topology = self.topology = Topology(mpi, self._comm)
         # Copied, not delegated: the collectives read them on every call.
         self.rank, self.size = topology.rank, topology.size
@@ -183,7 +185,7 @@ class Communicator:
         with self.guard.collective(call, timeout) as wait:
             if self.size > 1:
                 _synchronize_stream(buf)
-                wait.blocking(lambda: self._comm.Bcast(buf, root=root),
+                wait.blocking(lambda: self._comm.Bcast(buf, root=root),  # wait-ok: watchdog
                               lambda: self._comm.Ibcast(buf, root=root), "broadcast")
         return buf
 
@@ -230,7 +232,7 @@ class Communicator:
             return
         source = self._mpi.IN_PLACE if send is None else send
         mpi_op = self._mpi_ops[op]
-        wait.blocking(lambda: self._comm.Allreduce(source, buf, mpi_op),
+        wait.blocking(lambda: self._comm.Allreduce(source, buf, mpi_op),  # wait-ok: watchdog
                       lambda: self._comm.Iallreduce(source, buf, mpi_op), "all-reduce")
 
     def _use_shared_memory(self, shm: SharedMemoryAllReduce, buf: Buffer) -> bool:
@@ -259,7 +261,7 @@ class Communicator:
         try:
             with guard.collective(CollectiveCall("finalize"), None):
                 pass
-        except InvalidArgumentError as err:
+        except (InvalidArgumentError, DeadlineExceededError) as err:
             abort_job(f"at exit: {err}")
         self._merge_timeline()  # every rank has flushed its part: they all reached finalize
         self._free()

@@ -11,9 +11,10 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mpidist.comm.mpi import abort_job
+from mpidist.core.waiting import Wait, wait_until
 from mpidist.logs import get_logger
 
 if TYPE_CHECKING:
@@ -30,18 +31,19 @@ log = get_logger("mpidist.comm")
 class Waiter:
     """Completes the MPI calls of one collective, against its deadline.
 
-    ``wait(request, what)`` polls a non-blocking request; past the deadline it raises
-    DeadlineExceededError naming the missing ranks, and without a deadline it logs them once
-    the wait has stalled for ``MPIDIST_STALL_SECONDS``. ``blocking(...)`` runs the blocking
-    form once every rank has agreed to be in this collective (the MPI library's blocking
-    algorithms are faster than its non-blocking ones for large buffers); a watchdog thread
-    then ends the job if the call outlives the deadline, since a blocking call cannot be
-    interrupted.
+    ``wait(request, what)`` polls a non-blocking request through the library's one bounded
+    wait (``mpidist.core.waiting``): past the deadline it raises DeadlineExceededError naming
+    the missing ranks, and once the wait has stalled for ``MPIDIST_STALL_SECONDS`` it logs
+    them. ``blocking(...)`` runs the blocking form once every rank has agreed to be in this
+    collective (the MPI library's blocking algorithms are faster than its non-blocking ones
+    for large buffers); a watchdog thread then ends the job if the call outlives the
+    deadline, since a blocking call cannot be interrupted.
 
     Args:
         guard: The collective guard of the communicator.
         call: The collective whose calls this completes.
-        timeout: Seconds, or None for no deadline.
+        timeout: Seconds (finite: the guard gives the configured default when the caller
+            gives none).
 
     Attributes:
         agreed: Set by the guard once every rank has agreed on the call.
@@ -49,8 +51,7 @@ class Waiter:
 
     __slots__ = ("_guard", "_call", "_timeout", "agreed")
 
-    def __init__(self, guard: CollectiveGuard, call: CollectiveCall, timeout: float | None
-                 ) -> None:
+    def __init__(self, guard: CollectiveGuard, call: CollectiveCall, timeout: float) -> None:
         self._guard = guard
         self._call = call
         self._timeout = timeout
@@ -59,24 +60,22 @@ class Waiter:
     def __call__(self, request: MPI.Request, what: str) -> None:
         if request.Test():
             return
-        guard, timeout = self._guard, self._timeout
-        start = time.monotonic()
-        stall = guard.stall_seconds
-        warn_at = None if stall is None or timeout is not None else start + stall
-        spins = 0
-        while not request.Test():
-            spins += 1
-            if spins & 63:
-                continue
-            now = time.monotonic()
-            if timeout is not None and now - start >= timeout:
-                guard.timed_out(self._call, what, timeout)
-            if warn_at is not None and now >= warn_at:
-                log.warning("%s", guard.stall_report(self._call, what, now - start))
-                warn_at = None
-            # More ranks than cores: give the core to the peer we wait for (a rank that spins
-            # through its time slice made every 4-rank collective on 2 cores cost ~1 ms).
-            os.sched_yield()
+        guard, call = self._guard, self._call
+
+        def expire(wait: Wait, now: float) -> NoReturn:
+            guard.timed_out(call, what, wait.timeout)
+
+        def stall(wait: Wait, now: float) -> None:
+            log.warning("%s", guard.stall_report(call, what, now - wait.started))
+
+        # More ranks than cores: give the core to the peer we wait for (a rank that spins
+        # through its time slice made every 4-rank collective on 2 cores cost ~1 ms).
+        wait_until(request.Test, f"collective #{guard.seq} {call.describe()} ({what})",
+                   "the other ranks", timeout=self._timeout, setting=self._setting(),
+                   pause=_yield, spins=64, on_expiry=expire, on_stall=stall)
+
+    def _setting(self) -> str:
+        return "CommunicationOptions(timeout_seconds=...) or MPIDIST_COLLECTIVE_TIMEOUT"
 
     def blocking(self, call_blocking: Callable[[], Any],
                  start_nonblocking: Callable[[], MPI.Request], what: str) -> None:
@@ -84,9 +83,6 @@ class Waiter:
         ``start_nonblocking`` returns."""
         if not self.agreed:
             self(start_nonblocking(), what)
-            return
-        if self._timeout is None:
-            call_blocking()
             return
         watchdog = self._guard.watchdog()
         watchdog.watch(time.monotonic() + self._timeout, self._call, what, self._timeout)
@@ -96,8 +92,15 @@ class Waiter:
             watchdog.clear()
 
 
+def _yield(_at_most: float) -> None:
+    os.sched_yield()
+
+
 class Watchdog(threading.Thread):
-    """Ends the job when a blocking collective outlives its deadline (checked every 50 ms)."""
+    """Ends the job when a blocking collective outlives its deadline (checked every 50 ms).
+
+    The one wait that cannot go through ``mpidist.core.waiting``: a blocking MPI call cannot
+    be polled, so this thread bounds it from outside."""
 
     def __init__(self, guard: CollectiveGuard) -> None:
         super().__init__(name="mpidist-collective-watchdog", daemon=True)
@@ -114,7 +117,7 @@ class Watchdog(threading.Thread):
 
     def run(self) -> None:
         while True:
-            time.sleep(0.05)
+            time.sleep(0.05)  # wait-ok: the watchdog's own tick, for the job's lifetime
             watched = self._watched
             if watched is not None and time.monotonic() >= watched[0]:
                 _, call, what, timeout = watched

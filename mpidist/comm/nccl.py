@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from mpidist.backend import cupy_backend
+from mpidist.core.waiting import Wait, wait_until
 
 if TYPE_CHECKING:
     from mpidist.comm.communicator import Communicator
@@ -156,16 +157,14 @@ class RankNcclGroup:
             self._comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, dtype, nccl.NCCL_SUM, stream.ptr)
             if timeout is None:
                 return buf
-            import time  # noqa: PLC0415
+            def expire(wait: Wait, now: float) -> None:
+                self._comm.abort()
+                raise DeadlineExceededError(
+                    f"Collective has timed out during execution: NCCL all-reduce of "
+                    f"{buf.dtype}[{buf.size}] on GPU {self.device_index} did not complete "
+                    f"within {timeout:g} s; the NCCL communicator was aborted."
+                )
 
-            deadline = time.monotonic() + timeout
-            while not stream.done:
-                if time.monotonic() >= deadline:
-                    self._comm.abort()
-                    raise DeadlineExceededError(
-                        f"Collective has timed out during execution: NCCL all-reduce of "
-                        f"{buf.dtype}[{buf.size}] on GPU {self.device_index} did not complete "
-                        f"within {timeout:g} s; the NCCL communicator was aborted."
-                    )
-                time.sleep(1e-4)
+            wait_until(lambda: stream.done, f"NCCL all-reduce of {buf.dtype}[{buf.size}]",
+                       "the other ranks' GPUs", timeout=timeout, poll=1e-3, on_expiry=expire)
         return buf

@@ -55,7 +55,8 @@ class CommunicationOptions:
             choose (see ``DEFAULT_BYTES_PER_PACK`` in the collective ops).
         timeout_seconds: A collective that has not completed after this many seconds raises
             ``mpidist.errors.DeadlineExceededError`` naming the ranks that never arrived. None
-            waits without limit (a stalled wait is still reported in the log).
+            takes the default deadline, ``MPIDIST_COLLECTIVE_TIMEOUT`` (600 s unless set);
+            unlike TF, there is no wait without limit (docs/semantics.md, "Deadlines").
         implementation: A CommunicationImplementation or its name in any case.
     """
 
@@ -74,10 +75,11 @@ class CommunicationOptions:
             raise ValueError(f"Argument `bytes_per_pack` must be >=0, Received {bytes_per_pack}.")
         if timeout_seconds is not None and (
                 isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, numbers.Real)
-                or not timeout_seconds > 0):
+                or not 0 < timeout_seconds < float("inf")):
             raise ValueError(
-                "Argument `timeout_seconds` must be None or a positive number of seconds, "
-                f"Received {timeout_seconds!r}."
+                "Argument `timeout_seconds` must be None (the default deadline, "
+                "MPIDIST_COLLECTIVE_TIMEOUT) or a finite positive number of seconds, "
+                f"Received {timeout_seconds!r}. To wait longer, give a larger number."
             )
         self.bytes_per_pack = int(bytes_per_pack)
         self.timeout_seconds = None if timeout_seconds is None else float(timeout_seconds)

@@ -93,7 +93,7 @@ class SharedMemoryAllReduce:
         cross = self._cross
         if cross is not None:  # every rank calls it: chunks are empty alike on all nodes
             chunk, mpi = mine[lo:hi], self._mpi
-            wait.blocking(lambda: cross.Allreduce(mpi.IN_PLACE, chunk, mpi.SUM),
+            wait.blocking(lambda: cross.Allreduce(mpi.IN_PLACE, chunk, mpi.SUM),  # wait-ok: watchdog
                           lambda: cross.Iallreduce(mpi.IN_PLACE, chunk, mpi.SUM),
                           "all-reduce across nodes")
         wait.blocking(node.Barrier, node.Ibarrier, "shared-memory barrier after the reduce")

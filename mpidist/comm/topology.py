@@ -45,9 +45,11 @@ class Topology:
         self.node: MPI.Comm = comm.Split_type(mpi.COMM_TYPE_SHARED, key=self.rank)
         self.local_rank: int = self.node.Get_rank()
         self.local_size: int = self.node.Get_size()
-        self.node_ranks: tuple[int, ...] = tuple(self.node.allgather(self.rank))
+        # Blocking collectives are safe here: callers build a Topology on a communicator made
+        # once every rank had arrived (``arrival.private_duplicate``).
+        self.node_ranks: tuple[int, ...] = tuple(self.node.allgather(self.rank))  # wait-ok: arrived
         leader = min(self.node_ranks)  # a node is known by its lowest rank
-        facts = comm.allgather((mpi.Get_processor_name(), self.local_size, leader))
+        facts = comm.allgather((mpi.Get_processor_name(), self.local_size, leader))  # wait-ok: arrived
         self.hosts: list[str] = [host for host, _, _ in facts]
         leaders = sorted({node_leader for _, _, node_leader in facts})
         self.node_index: int = leaders.index(leader)

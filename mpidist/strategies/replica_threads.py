@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from mpidist.backend import device_context
 from mpidist.core import state, user_calls
+from mpidist.core.waiting import WaitKind, deadline_seconds, wait_until
 from mpidist.core.devices import DeviceSpec
+from mpidist.errors import DeadlineExceededError
 from mpidist.values.containers import PerReplica
 from mpidist.values.regroup import regroup, select_replica
 
@@ -45,7 +47,7 @@ class _Worker:
 
     def _loop(self) -> None:
         while True:
-            job = self.jobs.get()
+            job = self.jobs.get()  # wait-ok: an idle replica thread, for the strategy's lifetime
             if job is None:
                 return
             job()
@@ -105,7 +107,12 @@ class ReplicaRunner:
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
             ) -> list[Any]:
         """Call ``fn`` on every replica; returns the list of per-replica results."""
-        with self._lock:
+        if not self._lock.acquire(timeout=deadline_seconds(WaitKind.LOCAL)):
+            raise DeadlineExceededError(
+                f"strategy.run waited {deadline_seconds(WaitKind.LOCAL):g} s for the previous "
+                "strategy.run of this strategy (on another thread) to end; one run at a time "
+                "per strategy. Raise MPIDIST_WAIT_TIMEOUT if that run is only slow.")
+        try:
             workers = self._ensure_workers()
             run = _Run(len(self._devices))
             try:
@@ -116,6 +123,8 @@ class ReplicaRunner:
             except BaseException:
                 self._abandon(run)
                 raise
+        finally:
+            self._lock.release()
 
     def _job(self, run: _Run, i: int, fn: Callable[..., Any], args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> Callable[[], None]:
@@ -153,7 +162,9 @@ class ReplicaRunner:
             run.requests[replica_index] = (merge_fn, args, kwargs, user_calls.current_calls())
             run.status[replica_index] = _PARKED
             run.cond.notify_all()
-            run.cond.wait_for(lambda: run.status[replica_index] != _PARKED)
+            wait_until(lambda: run.status[replica_index] != _PARKED,
+                       f"the merge of replica {replica_index}'s merge_call",
+                       "the thread that called strategy.run", pause=run.cond.wait)
             if run.status[replica_index] == _UNWINDING:
                 raise _Unwind()
             run.status[replica_index] = _RUNNING
@@ -166,7 +177,9 @@ class ReplicaRunner:
         n = len(self._devices)
         while True:
             with run.cond:
-                run.cond.wait_for(lambda: all(s in (_PARKED, _DONE, _FAILED) for s in run.status))
+                wait_until(lambda: all(s in (_PARKED, _DONE, _FAILED) for s in run.status),
+                           "every replica to reach merge_call or return",
+                           self._describe_running(run), pause=run.cond.wait)
                 parked = [i for i in range(n) if run.status[i] == _PARKED]
                 if not parked:
                     self._raise_first_error(run)
@@ -218,7 +231,17 @@ class ReplicaRunner:
             if run.status[i] == _PARKED:
                 run.status[i] = _UNWINDING
         run.cond.notify_all()
-        run.cond.wait_for(lambda: all(s in (_DONE, _FAILED, _UNWOUND) for s in run.status))
+        wait_until(lambda: all(s in (_DONE, _FAILED, _UNWOUND) for s in run.status),
+                   "the other replicas to end after a failure", self._describe_running(run),
+                   pause=run.cond.wait)
+
+    def _describe_running(self, run: _Run) -> str:
+        """The replicas a wait depends on, for its report."""
+        running = [i for i, s in enumerate(run.status) if s in (_RUNNING, _RESUMED, _UNWINDING)]
+        if not running:
+            return "the replica threads"
+        return ", ".join(f"replica {i} ({self._devices[i]}, still running the replica "
+                         "function)" for i in running)
 
     def _abandon(self, run: _Run) -> None:
         """After an interruption of the calling thread (e.g. KeyboardInterrupt): release parked

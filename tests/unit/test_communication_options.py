@@ -47,7 +47,7 @@ def test_non_enum_implementation(bad):
         CommunicationOptions(implementation=bad)
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, "5", True])
+@pytest.mark.parametrize("bad", [0, -1.0, "5", True, float("inf"), float("nan")])
 def test_bad_timeout(bad):
     with pytest.raises(ValueError, match="timeout_seconds"):
         CommunicationOptions(timeout_seconds=bad)

@@ -299,7 +299,7 @@ MORE_CASES = [
          r"'FOO' is not a valid CommunicationImplementation"),
     Case("communication_options_string_timeout", ALL,
          lambda w: mpidist.experimental.CommunicationOptions(timeout_seconds="5"), ValueError,
-         r"`timeout_seconds` must be None or a positive number of seconds, Received '5'"),
+         r"`timeout_seconds` must be None \(the default deadline, MPIDIST_COLLECTIVE_TIMEOUT\) or a finite positive number of seconds, Received '5'"),
     Case("tf_config_not_json", ALL, _tf_config_case("{bad json"), ValueError,
          r"TF_CONFIG environment variable is not valid JSON .*'\{bad json'"),
     Case("tf_config_list", ALL, _tf_config_case("[1, 2]"), ValueError,
