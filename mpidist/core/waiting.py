@@ -69,7 +69,8 @@ class Wait:
 
     Args:
         what: What is awaited, e.g. ``"the reply to a read of 'w'"``.
-        on: Who must act for the wait to end, e.g. ``"parameter server rank 1"``.
+        on: Who must act for the wait to end, e.g. ``"parameter server rank 1"``; or a
+            function that says it when the report is written (who is still missing then).
         timeout: Seconds; None takes the deadline of ``kind`` from Config.
         kind: A ``WaitKind``: which setting gives the default deadline.
         setting: How a user raises this deadline, named in the report (default: the
@@ -78,7 +79,7 @@ class Wait:
 
     __slots__ = ("what", "on", "timeout", "setting", "started", "started_wall", "deadline")
 
-    def __init__(self, what: str, on: str, timeout: float | None = None,
+    def __init__(self, what: str, on: str | Callable[[], str], timeout: float | None = None,
                  kind: tuple[str, str] = WaitKind.LOCAL, setting: str | None = None) -> None:
         self.what = what
         self.on = on
@@ -100,14 +101,14 @@ class Wait:
         """``waited N s for WHAT on WHOM since HH:MM:SS``."""
         now = time.monotonic() if now is None else now
         since = datetime.fromtimestamp(self.started_wall).strftime("%H:%M:%S")
-        return (f"waited {now - self.started:.1f} s for {self.what} on {self.on} "
-                f"(since {since})")
+        on = self.on if isinstance(self.on, str) else self.on()
+        return f"waited {now - self.started:.1f} s for {self.what} on {on} (since {since})"
 
     def error(self, now: float | None = None) -> DeadlineExceededError:
         """The DeadlineExceededError of this wait past its deadline."""
         return DeadlineExceededError(
-            f"Deadline exceeded: {self.report(now)}; the deadline is {self.timeout:g} s "
-            f"without progress. If {self.on} is only slow, raise it with {self.setting}.")
+            f"Deadline exceeded: {self.report(now)}, without progress. If that is only slow, "
+            f"raise the deadline with {self.setting} (now {self.timeout:g} s).")
 
     def expire(self, now: float) -> NoReturn:
         raise self.error(now)
@@ -125,7 +126,7 @@ def _sleep_backoff() -> Callable[[float], None]:
     return pause
 
 
-def wait_until(ready: Callable[[], bool], what: str, on: str, *,
+def wait_until(ready: Callable[[], bool], what: str, on: str | Callable[[], str], *,
                timeout: float | None = None, kind: tuple[str, str] = WaitKind.LOCAL,
                setting: str | None = None, pause: Callable[[float], object] | None = None,
                poll: float = 0.05, spins: int = 1,

@@ -179,7 +179,7 @@ class ReplicaRunner:
             with run.cond:
                 wait_until(lambda: all(s in (_PARKED, _DONE, _FAILED) for s in run.status),
                            "every replica to reach merge_call or return",
-                           self._describe_running(run), pause=run.cond.wait)
+                           lambda: self._describe_running(run), pause=run.cond.wait)
                 parked = [i for i in range(n) if run.status[i] == _PARKED]
                 if not parked:
                     self._raise_first_error(run)
@@ -232,16 +232,16 @@ class ReplicaRunner:
                 run.status[i] = _UNWINDING
         run.cond.notify_all()
         wait_until(lambda: all(s in (_DONE, _FAILED, _UNWOUND) for s in run.status),
-                   "the other replicas to end after a failure", self._describe_running(run),
-                   pause=run.cond.wait)
+                   "the other replicas to end after a failure",
+                   lambda: self._describe_running(run), pause=run.cond.wait)
 
     def _describe_running(self, run: _Run) -> str:
         """The replicas a wait depends on, for its report."""
         running = [i for i, s in enumerate(run.status) if s in (_RUNNING, _RESUMED, _UNWINDING)]
         if not running:
             return "the replica threads"
-        return ", ".join(f"replica {i} ({self._devices[i]}, still running the replica "
-                         "function)" for i in running)
+        names = ", ".join(f"{i} ({self._devices[i]})" for i in running)
+        return f"replica{'s' if len(running) > 1 else ''} {names}, still in the replica function"
 
     def _abandon(self, run: _Run) -> None:
         """After an interruption of the calling thread (e.g. KeyboardInterrupt): release parked

@@ -67,3 +67,36 @@ def test_interrupted_run_leaves_the_strategy_usable():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=15)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["interrupted", "sum", "3.0"]
+
+
+def test_a_replica_that_never_reaches_merge_call_ends_the_run_by_deadline(monkeypatch):
+    """Issue 22: the replicas parked at merge_call do not wait forever for one stuck in the
+    user's code; the report names the stuck replica, and the strategy runs again afterwards."""
+    import threading as _threading
+
+    from mpidist import config as config_module
+    from mpidist.config import Config
+    from mpidist.errors import DeadlineExceededError
+
+    monkeypatch.setattr(config_module, "_config", Config(wait_timeout=0.3))
+    strategy = mpidist.MirroredStrategy(["/cpu:0", "/cpu:1", "/cpu:2"])
+    release = _threading.Event()
+
+    def fn():
+        ctx = mpidist.get_replica_context()
+        if ctx.replica_id_in_sync_group == 2:
+            release.wait(10)
+        return ctx.all_reduce("SUM", np.ones(2))
+
+    try:
+        with pytest.raises(DeadlineExceededError) as info:
+            strategy.run(fn)
+    finally:
+        release.set()
+    message = str(info.value)
+    assert "replica 2 (" in message and "CPU:2" in message, message
+    assert "replica 0" not in message and "replica 1" not in message, message
+    assert "MPIDIST_WAIT_TIMEOUT" in message
+    result = strategy.run(lambda: mpidist.get_replica_context().all_reduce("SUM", np.ones(2)))
+    assert [np.asarray(v).tolist() for v in strategy.experimental_local_results(result)] == \
+        [[3.0, 3.0]] * 3
