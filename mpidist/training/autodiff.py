@@ -21,6 +21,8 @@ function, not a block of statements.
 
 import numbers
 import sys
+import warnings
+import weakref
 
 import numpy as np
 
@@ -28,9 +30,12 @@ from mpidist.backend import array_module
 from mpidist.backend.traced import namespace_of, traced_kind
 from mpidist.core.messages import named_instance, short_repr
 from mpidist.strategies.context import get_strategy
-from mpidist.values.variables import Variable
+from mpidist.training.traced_errors import (TracedValueError, UnusedVariableWarning, explain,
+                                            unused_message)
+from mpidist.values.variables import Variable, record_direct_reads
 
-__all__ = ["value_and_grad", "BACKENDS", "model_loss_and_gradients", "model_per_example_loss"]
+__all__ = ["value_and_grad", "BACKENDS", "model_loss_and_gradients", "model_per_example_loss",
+           "TracedValueError", "UnusedVariableWarning"]
 
 BACKENDS = ("autograd", "jax")
 _EXTRA = {"autograd": "autograd", "jax": "jax"}
@@ -66,11 +71,21 @@ def value_and_grad(fn, variables, *args, backend=None, has_aux=False, jit=False,
         array of that variable's shape, dtype and kind, ready for ``apply_gradients``.
 
     Raises:
+        TracedValueError: the loss did to a traced value what only an array allows (took a
+            Python number out of it, wrote into it, stored it in a NumPy array, mixed
+            ``jax.numpy`` with autograd, ...); the message says what and the fix, and the
+            backend's own error is its ``__cause__``. A TypeError and a ValueError.
         TypeError: ``variables`` holds something that is not a Variable, or ``fn`` is not
             callable.
         ValueError: a variable belongs to another strategy, the loss is not a real scalar,
             or JAX would compute float64 variables in float32.
         ImportError: the backend is not installed (it names the extra to install).
+
+    Warns:
+        UnusedVariableWarning: the loss does not depend on some of ``variables`` (their
+            gradients are exactly zero), checked the first time a loss function is
+            differentiated with respect to given variables; or it read one of them directly
+            (``w``, ``w.numpy()``) instead of through ``params``.
     """
     if not callable(fn):
         raise TypeError(f"value_and_grad: fn must be callable (the loss function), got "
@@ -98,12 +113,24 @@ def value_and_grad(fn, variables, *args, backend=None, has_aux=False, jit=False,
     def loss_of(p):
         return _loss_and_aux(fn(p, *args, **kwargs), has_aux)
 
-    if jit:
-        loss, aux, grads = _with_jax(loss_of, structured, single, params,
-                                     compiled=_compiled(fn, has_aux), args=args)
-    else:
-        differentiate = _with_autograd if name == "autograd" else _with_jax
-        loss, aux, grads = differentiate(loss_of, structured, single, params)
+    check = _first_time(fn, variable_list)
+    with record_direct_reads() as reads:
+        try:
+            if jit:
+                loss, aux, grads, unused = _with_jax(
+                    loss_of, structured, single, params, compiled=_compiled(fn, has_aux),
+                    args=args, check=check)
+            else:
+                differentiate = _with_autograd if name == "autograd" else _with_jax
+                loss, aux, grads, unused = differentiate(loss_of, structured, single, params,
+                                                         check=check)
+        except Exception as err:  # re-raised, explained when it is a known slip
+            explained = explain(err, name)
+            if explained is None:
+                raise
+            raise explained from err
+    if unused or reads:
+        _warn_unused(variable_list, unused, reads)
     grads = [_like(g, v) for g, v in zip(grads, params)]
     out_grads = grads[0] if single else (tuple(grads) if isinstance(variables, tuple) else grads)
     return ((loss, aux), out_grads) if has_aux else (loss, out_grads)
@@ -165,10 +192,18 @@ def _require(backend):
 def _loss_and_aux(out, has_aux):
     """The loss function's ``out`` as ``(loss, aux)`` (aux None without ``has_aux``)."""
     if not has_aux:
+        if isinstance(out, (tuple, list)):
+            raise ValueError(
+                f"value_and_grad: the loss function returned a {type(out).__name__} of "
+                f"{len(out)} values, not a scalar; if the first is the loss and the rest are "
+                "auxiliary outputs, pass has_aux=True (and return (loss, aux)): value_and_grad "
+                "then returns ((loss, aux), gradients).")
         return out, None
     if not (isinstance(out, tuple) and len(out) == 2):
         raise ValueError(f"value_and_grad(has_aux=True): the loss function must return (loss, "
-                         f"aux), got {short_repr(out)}.")
+                         f"aux), got {short_repr(out)}; return a tuple of two, or the loss "
+                         "alone without has_aux (put several extra outputs in one aux value, a "
+                         "tuple or dict).")
     return out
 
 
@@ -185,6 +220,35 @@ def _check_scalar(loss, kind):
             "mpidist.nn.compute_average_loss(per_example_loss, global_batch_size=...).")
 
 
+# first variable -> {(loss code, ids of the variables)} already checked for unused variables:
+# the check runs once for each (weak keys: a model that is gone takes its entries with it, and
+# a new model that reuses its ids is checked afresh)
+_CHECKED: "weakref.WeakKeyDictionary[Variable, set]" = weakref.WeakKeyDictionary()
+
+
+def _first_time(fn, variables):
+    """Whether ``fn`` is differentiated for the first time with respect to ``variables`` (the
+    unused-variable check runs then: it is a property of the loss's code, not of a step)."""
+    key = (getattr(fn, "__code__", fn), tuple(id(v) for v in variables))
+    seen = _CHECKED.setdefault(variables[0], set())
+    if key in seen:
+        return False
+    if len(seen) >= 64:
+        seen.clear()
+    seen.add(key)
+    return True
+
+
+def _warn_unused(variables, unused, reads):
+    """The UnusedVariableWarning for the variables at positions ``unused`` and for those of
+    ``variables`` the loss read directly (``reads``, from ``record_direct_reads``)."""
+    mine = {id(v) for v in variables}
+    read = list(dict.fromkeys(v.name for v in reads if id(v) in mine))
+    if unused or read:
+        warnings.warn(unused_message([variables[i].name for i in unused], read),
+                      UnusedVariableWarning, stacklevel=3)
+
+
 def _like(grad, param):
     """``grad`` as a writable array of ``param``'s kind and dtype (a backend may widen the
     dtype, give a 0-d gradient as a scalar, or, as JAX does, lend a read-only view of its
@@ -196,30 +260,60 @@ def _like(grad, param):
 
 
 # -- autograd ----------------------------------------------------------------------------------
-def _with_autograd(loss_of, structured, single, params):
+def _with_autograd(loss_of, structured, single, params, check=False):
+    """``(loss, aux, gradients, unused)``: ``unused`` lists the positions of the variables the
+    loss's trace never reached (only when ``check``)."""
     import autograd  # noqa: PLC0415 - an optional extra
     from autograd.tracer import getval  # noqa: PLC0415
 
     holder = {}
+    count = len(params)
 
-    def scalar(p):
+    def scalar(boxed):
+        # One box per variable (taken from the list's box), so that the trace shows which
+        # variables the loss reached.
+        elements = [boxed[i] for i in range(count)]
+        p = elements[0] if single else \
+            (tuple(elements) if isinstance(structured, tuple) else elements)
         loss, aux = loss_of(p)
         _check_scalar(getval(loss), "autograd")
-        holder["aux"] = aux
+        holder.update(aux=aux, elements=elements, end=loss)
         return loss
 
-    vjp, loss = autograd.make_vjp(scalar)(structured)
-    grads = vjp(np.ones_like(getval(loss)))
-    grads = [grads] if single else list(grads)
+    vjp, loss = autograd.make_vjp(scalar)(list(params))
+    grads = list(vjp(np.ones_like(getval(loss))))
+    unused = _unreached(holder["end"], holder["elements"]) if check else ()
     aux = _map_leaves(getval, holder.get("aux"))
     loss = np.asarray(getval(loss)).reshape(())
-    return loss, aux, grads
+    return loss, aux, grads, unused
+
+
+def _unreached(end, elements):
+    """Positions of ``elements`` (autograd boxes) that the box ``end`` was not computed from:
+    a walk of the recorded graph from ``end`` towards its inputs."""
+    from autograd.tracer import isbox  # noqa: PLC0415
+
+    if not isbox(end):
+        return list(range(len(elements)))  # the loss depends on no parameter at all
+    position = {id(e._node): i for i, e in enumerate(elements)}
+    reached, seen, stack = set(), set(), [end._node]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if id(node) in position:
+            reached.add(position[id(node)])
+        else:
+            stack.extend(node.parents)
+    return [i for i in range(len(elements)) if i not in reached]
 
 
 # -- JAX ----------------------------------------------------------------------------------------
-def _with_jax(loss_of, structured, single, params, compiled=None, args=()):
+def _with_jax(loss_of, structured, single, params, compiled=None, args=(), check=False):
     """JAX's value and gradient; with ``compiled`` (``_compiled``'s function), that compiled
-    function of ``(params, *args)`` instead of tracing ``loss_of`` again."""
+    function of ``(params, *args)`` instead of tracing ``loss_of`` again. ``unused`` as in
+    ``_with_autograd``."""
     import jax  # noqa: PLC0415 - an optional extra
 
     on_gpu = array_module(params[0]) is not np
@@ -234,25 +328,56 @@ def _with_jax(loss_of, structured, single, params, compiled=None, args=()):
     inputs = jax.tree_util.tree_map(jax.dlpack.from_dlpack, structured) if on_gpu \
         else structured
 
-    try:
-        if compiled is not None:
-            (loss, aux), grads = compiled(inputs, *args)
-        else:
-            def scalar(p):
-                loss, aux = loss_of(p)
-                _check_scalar(loss, "jax")
-                return loss, aux
+    if compiled is not None:
+        (loss, aux), grads = compiled(inputs, *args)
+    else:
+        def scalar(p):
+            loss, aux = loss_of(p)
+            _check_scalar(loss, "jax")
+            return loss, aux
 
-            (loss, aux), grads = jax.value_and_grad(scalar, has_aux=True)(inputs)
-    except jax.errors.TracerArrayConversionError as err:  # the usual slip: np.* on a tracer
-        raise TypeError(
-            "value_and_grad(backend='jax'): the loss function turned a traced value into a "
-            "NumPy array (a numpy function, np.asarray or float() on it), which JAX cannot "
-            "differentiate; write it with jax.numpy (import jax.numpy as jnp; jnp.tanh, "
-            "jnp.sum, ...).") from err
-    back = _from_jax_gpu if on_gpu else _host_copy
+        (loss, aux), grads = jax.value_and_grad(scalar, has_aux=True)(inputs)
     grads = [grads] if single else list(grads)
-    return back(loss).reshape(()), jax.tree_util.tree_map(back, aux), [back(g) for g in grads]
+    unused = ()
+    if check:
+        zero = [i for i, g in enumerate(grads) if not bool(jax.numpy.any(g))]
+        unused = _unused_inputs(lambda p: loss_of(p)[0], inputs, zero) if zero else ()
+    back = _from_jax_gpu if on_gpu else _host_copy
+    return (back(loss).reshape(()), jax.tree_util.tree_map(back, aux),
+            [back(g) for g in grads], unused)
+
+
+def _unused_inputs(scalar, inputs, candidates):
+    """Those of ``candidates`` (positions of ``inputs``' leaves) that ``scalar``'s jaxpr does
+    not use to compute its output."""
+    import jax  # noqa: PLC0415 - an optional extra
+
+    jaxpr = jax.make_jaxpr(scalar)(inputs).jaxpr
+    used = _used_inputs(jaxpr, [True] * len(jaxpr.outvars))
+    return [i for i in candidates if not used[i]]
+
+
+def _used_inputs(jaxpr, wanted):
+    """For each input of ``jaxpr``, whether the outputs flagged in ``wanted`` depend on it: a
+    walk of the equations from the outputs back, into the jaxpr of a call (a nested jit) where
+    it has one, else taking all of an equation's inputs as used."""
+    def variables(atoms, flags=None):
+        return [a for i, a in enumerate(atoms) if type(a).__name__ != "Literal"
+                and (flags is None or flags[i])]
+
+    needed = set(variables(jaxpr.outvars, wanted))
+    for eqn in reversed(jaxpr.eqns):
+        outs = [o in needed for o in eqn.outvars]
+        if not any(outs):
+            continue
+        inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
+        inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr's own jaxpr
+        if hasattr(inner, "eqns") and len(inner.invars) == len(eqn.invars) \
+                and len(inner.outvars) == len(eqn.outvars):
+            needed.update(variables(eqn.invars, _used_inputs(inner, outs)))
+        else:
+            needed.update(variables(eqn.invars))
+    return [v in needed for v in jaxpr.invars]
 
 
 def _host_copy(x):
@@ -311,7 +436,7 @@ def model_loss_and_gradients(model, x, y, backend=None):
     variables = list(model.trainable_variables)
 
     def total(params):
-        per_example, predictions = _split_loss_output(model.loss(params, x, y))
+        per_example, predictions = _split_loss_output(model.loss(params, x, y), y)
         xp = namespace_of(per_example) or array_module(per_example)
         return xp.sum(per_example), (per_example, predictions)
 
@@ -332,16 +457,39 @@ def model_per_example_loss(model, x, y, backend=None):
         import jax  # noqa: PLC0415 - an optional extra
 
         params = [jax.dlpack.from_dlpack(p) for p in params]
-    per_example, predictions = _split_loss_output(model.loss(params, x, y))
+    per_example, predictions = _split_loss_output(model.loss(params, x, y), y)
     back = _from_jax_gpu if on_gpu and name == "jax" else np.asarray
     return back(per_example), None if predictions is None else back(predictions)
 
 
-def _split_loss_output(out):
+def _split_loss_output(out, y):
     per_example, predictions = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
     if getattr(per_example, "ndim", 0) < 1:
         raise ValueError(
             f"model.loss(params, x, y) must return the per-example losses (one per example of "
             f"the batch, shape (batch,)) or (per_example_losses, predictions); got "
             f"{short_repr(per_example)}. fit sums them over the global batch itself.")
+    _check_rows(tuple(per_example.shape), tuple(getattr(y, "shape", ())))
     return per_example, predictions
+
+
+def _check_rows(shape, label_shape):
+    """The per-example losses must have one row per example of ``y``: another count, or an
+    ``(N, N)`` block from ``(N,)`` labels (predictions ``(N, 1)`` minus labels ``(N,)``
+    broadcast to every pair), would make fit average the wrong numbers."""
+    if not label_shape:
+        return
+    rows = label_shape[0]
+    if shape[0] != rows:
+        raise ValueError(
+            f"model.loss(params, x, y) returned per-example losses of shape {shape} for a batch "
+            f"of {rows} examples (y of shape {label_shape}); return one loss per example, shape "
+            f"({rows},).")
+    if len(shape) >= 2 and rows > 1 and shape[1] == rows and len(label_shape) <= 2 \
+            and label_shape[1:] in ((), (1,)):
+        raise ValueError(
+            f"model.loss(params, x, y) returned per-example losses of shape {shape} for labels "
+            f"of shape {label_shape}: predictions and labels of different ranks (e.g. "
+            f"({rows}, 1) and ({rows},)) were broadcast against each other, comparing every "
+            "prediction with every label. Make their shapes equal first (e.g. "
+            "predictions[:, 0], or y.reshape(-1, 1)).")
