@@ -31,7 +31,23 @@ __all__ = [
     "num_workers",
     "task_count",
     "validate_cluster_spec",
+    "configuration_facts",
 ]
+
+
+def configuration_facts(resolver):
+    """What every rank's copy of ``resolver`` must agree on, as plain data: its kind, the
+    cluster it describes and the settings it was given (not this task's own place in it, nor
+    what it found on this node). Strategies check these across ranks when they are built
+    (``mpidist.comm.config_agreement``)."""
+    spec = resolver.cluster_spec()
+    facts = {
+        "cluster resolver": type(resolver).__name__,
+        "cluster_spec": normalize_cluster_spec(spec).as_dict() if spec else {},
+        "rpc_layer": resolver.rpc_layer,
+    }
+    facts.update(resolver._settings_to_agree())  # the hook of this module's class
+    return facts
 
 
 def format_master_url(master, rpc_layer=None):
@@ -76,6 +92,11 @@ class ClusterResolver(abc.ABC):
         del task_type, task_id, config_proto
         count = num_gpus()
         return {"GPU": count} if count else {}
+
+    def _settings_to_agree(self):
+        """Settings given to this resolver that every rank's copy must share (a dict of plain
+        data; see ``configuration_facts``). None beyond the cluster by default."""
+        return {}
 
     @property
     def environment(self):

@@ -321,6 +321,16 @@ class MPIClusterResolver(ClusterResolver):
         address = self.cluster_spec().task_address(task_type, task_id)
         return format_master_url(address, rpc_layer or self._rpc_layer)
 
+    def _settings_to_agree(self):
+        # What was asked for, not what this node has (ranks may see different GPU counts). A
+        # list agrees on its kinds of device, not their indices: `/gpu:<local rank>` is usual.
+        requested = self._requested
+        if isinstance(requested, list):
+            requested = "[" + ", ".join(f"/{parse_device(d).device_type.lower()}:?"
+                                        for d in requested) + "]"
+        return {"local_devices": requested,
+                "jobs": None if self._jobs is None else dict(self._jobs)}
+
     def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
         gpus = sum(1 for d in self.local_devices() if parse_device(d).is_gpu)
         return {"GPU": gpus} if gpus else {}

@@ -58,6 +58,7 @@ class RollCall:
             return
         if self.rank != 0:
             sent = self._sent
+            assert sent is not None  # posted by every rank but 0
             wait_until(sent.Test, "rank 0 to take this rank's arrival message", "rank 0",
                        kind=WaitKind.CONSTRUCTION)
             return
@@ -84,7 +85,8 @@ class RollCall:
         return self._report_from_rank0(grace)
 
     def _arrivals(self) -> set[int]:
-        mpi, status, arrived = self._mpi, self._mpi.Status(), set()
+        mpi, status = self._mpi, self._mpi.Status()
+        arrived: set[int] = set()
         box = np.zeros(1, dtype=np.int32)
         while True:
             message = self._base.Improbe(mpi.ANY_SOURCE, ARRIVED_TAG, status)

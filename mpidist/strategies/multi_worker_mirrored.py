@@ -13,6 +13,7 @@ import numpy as np
 from mpidist.backend import as_array, cupy_backend, num_gpus
 from mpidist.backend.threads import cap_cpu_threads
 from mpidist.cluster_resolver import ClusterResolver, MPIClusterResolver
+from mpidist.cluster_resolver.base import configuration_facts
 from mpidist.cluster_resolver.multi_worker import (
     id_in_cluster,
     is_chief,
@@ -20,6 +21,7 @@ from mpidist.cluster_resolver.multi_worker import (
     validate_cluster_spec,
 )
 from mpidist.comm.communicator import Communicator, world_communicator
+from mpidist.comm.config_agreement import agree
 from mpidist.config import get_config
 from mpidist.comm.nccl import RankNcclGroup, nccl_module
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
@@ -120,7 +122,13 @@ class _MultiWorkerExtended(MirroredExtended):
         devices = _local_devices(resolver, comm, task_type, task_id)
         cpu = sum(d.is_cpu for d in devices)  # a rank's CPU replicas share its cores too
         threads = cap_cpu_threads(comm.local_size, get_config().cpu_threads, cpu_replicas=cpu)
-        counts = comm.all_gather_object(len(devices))
+        use_nccl = _uses_nccl(comm, devices, options)
+        # One gather serves the agreement and the replica counts (which may differ by rank:
+        # what each node has, not a setting).
+        everyone = agree("MultiWorkerMirroredStrategy()",
+                         _facts_to_agree(resolver, options, use_nccl), comm,
+                         fix=_AGREEMENT_FIX, local={"replicas": len(devices)})
+        counts = [facts["replicas"] for facts in everyone]
         self._comm = comm
         self._num_workers = comm.size
         self._is_chief = chief
@@ -128,7 +136,7 @@ class _MultiWorkerExtended(MirroredExtended):
         self._offset = sum(counts[:worker_id])
         self._same_replicas_everywhere = len(set(counts)) == 1
         self._communication_options = options
-        nccl = _nccl_group(comm, devices, options)
+        nccl = RankNcclGroup(comm, devices[0].device_index) if use_nccl else None
         ops = CollectiveAllReduce(comm, self._global_replicas, options, nccl)
         super().__init__(container_strategy, devices, ops)
         self._cluster_resolver = resolver
@@ -257,14 +265,30 @@ class _MultiWorkerExtended(MirroredExtended):
                                     timeout=self._communication_options.timeout_seconds)
 
 
-def _nccl_group(comm: Communicator, devices: Sequence[DeviceSpec],
-                options: CommunicationOptions) -> RankNcclGroup | None:
-    """An NCCL communicator across ranks where it applies: GPU replicas and NCCL (asked for,
-    or AUTO with NCCL loadable); CPU replicas always use MPI, as TF falls back to RING."""
+def _uses_nccl(comm: Communicator, devices: Sequence[DeviceSpec],
+               options: CommunicationOptions) -> bool:
+    """Whether values cross ranks through NCCL: GPU replicas and NCCL (asked for, or AUTO with
+    NCCL loadable); CPU replicas always use MPI, as TF falls back to RING. Every rank must
+    decide alike (the ranks agree on it), or their collectives would never match."""
     implementation = options.implementation
     if comm.size == 1 or not all(d.is_gpu for d in devices) or \
             implementation is CommunicationImplementation.RING:
-        return None
-    if implementation is CommunicationImplementation.AUTO and nccl_module() is None:
-        return None
-    return RankNcclGroup(comm, devices[0].device_index)
+        return False
+    return implementation is not CommunicationImplementation.AUTO or nccl_module() is not None
+
+
+_AGREEMENT_FIX = (
+    "Every rank must build MultiWorkerMirroredStrategy with the same cluster resolver settings "
+    "and CommunicationOptions (and, for NCCL, GPUs and NCCL on every rank, or "
+    "CommunicationImplementation.RING): read them from one place, not per rank.")
+
+
+def _facts_to_agree(resolver: ClusterResolver, options: CommunicationOptions,
+                    use_nccl: bool) -> dict[str, Any]:
+    """What every worker must share: the cluster, the resolver's settings and the
+    communication options (their collectives must match), and the NCCL decision."""
+    facts = configuration_facts(resolver)
+    facts["communication_options"] = (options.implementation.name, options.bytes_per_pack,
+                                       options.timeout_seconds)
+    facts["NCCL across ranks"] = use_nccl
+    return facts
