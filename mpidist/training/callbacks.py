@@ -12,7 +12,38 @@ import numpy as np
 from mpidist.training.checkpoint import Checkpoint, CheckpointManager
 from mpidist.values.variables import Variable
 
-__all__ = ["Callback", "ModelCheckpoint", "BackupAndRestore", "History", "ModelVariables"]
+__all__ = ["Callback", "ModelCheckpoint", "BackupAndRestore", "History", "ModelVariables",
+           "check_callbacks"]
+
+
+def check_callbacks(callbacks):
+    """ValueError naming two of ``callbacks`` that manage the same directory (each one's
+    ``managed_directory``), or one inside a BackupAndRestore's directory, which is deleted
+    when training ends: their files would overwrite, prune or delete each other's. ``fit``
+    calls it before any callback starts."""
+    owners = []
+    for cb in callbacks:
+        directory = getattr(cb, "managed_directory", None)
+        if directory is None:
+            continue
+        here = os.path.realpath(directory)
+        for other, there in owners:
+            same = here == there
+            common = os.path.commonpath([here, there])
+            outer = other if common == there else cb if common == here else None
+            if same or isinstance(outer, BackupAndRestore):
+                raise ValueError(
+                    f"fit: callbacks {_described(other)} and {_described(cb)} both manage "
+                    + (f"the directory {directory!r}" if same else
+                       f"{directory!r} and {other.managed_directory!r}, one inside the other "
+                       f"(BackupAndRestore deletes its directory when training ends)")
+                    + ": their checkpoints would overwrite and delete each other's. Give each "
+                    "its own directory (e.g. 'run/checkpoints' and 'run/backup').")
+        owners.append((cb, here))
+
+
+def _described(cb):
+    return f"{type(cb).__name__}({cb.managed_directory!r})"
 
 
 class Callback:
@@ -102,6 +133,11 @@ class ModelCheckpoint(Callback):
         self.manager = None
         self._steps = 0
 
+    @property
+    def managed_directory(self):
+        """The directory this callback writes and prunes (``check_callbacks``)."""
+        return self.directory
+
     def on_train_begin(self, logs=None):
         checkpoint = Checkpoint(model=ModelVariables(self.model), optimizer=self.optimizer)
         self.manager = CheckpointManager(checkpoint, self.directory, max_to_keep=self.max_to_keep)
@@ -134,6 +170,11 @@ class BackupAndRestore(Callback):
         self.manager = None
         self._progress = None
         self._loop = None
+
+    @property
+    def managed_directory(self):
+        """The directory this callback writes and deletes (``check_callbacks``)."""
+        return self.backup_dir
 
     def attach(self, loop):
         """Called by fit: the loop whose position (epoch, step, loss totals) is backed up."""

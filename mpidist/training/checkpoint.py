@@ -22,6 +22,7 @@ import collections
 import contextlib
 import os
 import time
+import warnings
 from typing import Protocol
 
 import numpy as np
@@ -436,6 +437,7 @@ class Checkpoint:
                     assigned[id(var)] = var
                     _assign(var, arr)
             used = {key for key, _, _ in matched}
+            _warn_if_nothing_matched(path, saved, used, items)
             roots = [obj for name, obj in items if name != SAVE_COUNTER_KEY]
             record = PendingRestore(
                 path, saved, {k: a for k, a in saved.items() if k not in used},
@@ -450,6 +452,31 @@ class Checkpoint:
         collective)."""
         with user_call("Checkpoint.read"):
             return self.restore(save_path, options)
+
+
+def _warn_if_nothing_matched(path, saved, used, items):
+    """TF's warning for a restore that matches no key: the file has values and this
+    checkpoint has variables, yet none of them share a key (the objects were passed under
+    other names, or this is another model's checkpoint). The values still wait for variables
+    created later at their keys; a checkpoint with no variables yet is that deferred case and
+    is not warned about."""
+    if any(k != SAVE_COUNTER_KEY for k in used):
+        return
+    unmatched = [k for k in saved if k != SAVE_COUNTER_KEY]
+    tracked = [k for k, _ in _walk(items) if k != SAVE_COUNTER_KEY]
+    if not unmatched or not tracked:
+        return
+    warnings.warn(
+        f"Checkpoint.restore({path!r}) matched no key: the checkpoint holds "
+        f"{_keys(unmatched)} and this Checkpoint's variables are at {_keys(tracked)}; only the "
+        "save counter was restored. Pass the objects under the names they were saved with "
+        "(Checkpoint(model=...) restores what Checkpoint(model=...) saved), or check the path.",
+        RuntimeWarning, stacklevel=3)
+
+
+def _keys(keys, limit=8):
+    shown = ", ".join(repr(k) for k in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 # -- CheckpointManager --------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from mpidist.core.messages import named_instance
 from mpidist.core.user_calls import labelled, user_call
 from mpidist.strategies.context import get_replica_context, get_strategy
 from mpidist.training.autodiff import BACKENDS, model_loss_and_gradients, model_per_example_loss
-from mpidist.training.callbacks import BackupAndRestore, History
+from mpidist.training.callbacks import BackupAndRestore, History, check_callbacks
 from mpidist.training.optimizers import Optimizer
 from mpidist.types import ReduceOp
 
@@ -313,6 +313,7 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
     loop = _FitLoop(model, optimizer, strategy, metrics, autodiff)
     history = History()
     callbacks = list(callbacks) + [history]
+    check_callbacks(callbacks)
     steps = steps_per_epoch if steps_per_epoch is not None else _known_steps(data)
     params = {"epochs": epochs, "steps": steps}
     for cb in callbacks:

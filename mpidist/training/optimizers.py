@@ -134,6 +134,7 @@ class Optimizer:
         self._plans = {}      # tuple of variable ids -> FusedPlan, or None where none fits
         self._last_plan = None
         self._checks = GradientChecks()  # remembers the last step's checked variables
+        self._dtypes_checked = None  # the variables tuple whose dtypes were last checked
 
     @property
     def iterations(self):
@@ -162,6 +163,8 @@ class Optimizer:
         Under ParameterServerStrategy call it on the coordinator, in the strategy's scope,
         before scheduling steps: each slot is created on its variable's parameter server (a
         ShardedVariable gets slots per shard, checkpointed as one full array per slot, as TF)."""
+        var_list = list(var_list)
+        self._check_dtypes(var_list)
         created = False
         for var in var_list:
             if id(var) in self._checkpoint_index:
@@ -174,6 +177,20 @@ class Optimizer:
             created = self._build_one_each([var], checkpointed_alone=True) or created
         if created:
             restore_deferred()  # TF's deferred restoration, before any update reads the slots
+
+    def _check_dtypes(self, variables):
+        """TypeError naming the first variable that is not floating point (or complex): its
+        every update would be rounded to its integer or boolean dtype (``lr * g`` = 0.05 adds
+        0), a silent no-op. Checked before anything is created or updated."""
+        for var in variables:
+            dtype = np.dtype(getattr(var, "dtype", np.float64))
+            if dtype.kind not in "fc":
+                raise TypeError(
+                    f"{type(self).__name__}: variable {getattr(var, 'name', var)!r} has dtype "
+                    f"{dtype}, and an optimizer updates floating-point variables only: each "
+                    f"update would be rounded to {dtype} (lr * gradient = 0.05 adds 0). Create "
+                    "it with a float dtype (e.g. dtype=np.float32), or leave it out of the "
+                    "gradients (trainable=False for a counter or a mask).")
 
     def _build_one_each(self, variables, checkpointed_alone):
         """Slots for each of ``variables`` that has none yet; ``checkpointed_alone``: each is a
@@ -204,7 +221,8 @@ class Optimizer:
         # Sent to parameter-server workers with a scheduled function: variables travel as
         # handles, so the id-keyed indexes are rebuilt on arrival; plans are per process.
         state_ = dict(self.__dict__)
-        for key in ("_var_index", "_checkpoint_index", "_plans", "_last_plan", "_checks"):
+        for key in ("_var_index", "_checkpoint_index", "_plans", "_last_plan", "_checks",
+                    "_dtypes_checked"):
             state_.pop(key, None)
         return state_
 
@@ -215,6 +233,7 @@ class Optimizer:
         self._plans = {}
         self._last_plan = None
         self._checks = GradientChecks()
+        self._dtypes_checked = None
 
     def get_slot(self, var, slot_name):
         """The slot variable ``slot_name`` of ``var``; UnknownSlotError (a ValueError) if it has
@@ -265,6 +284,9 @@ class Optimizer:
         if isinstance(strategy.extended, ParameterServerExtended):  # one test, not one per pair
             return self._apply_on_parameter_servers(grads_and_vars, name)
         grads, variables, signature = self._checks.check(grads_and_vars, name, strategy)
+        if variables is not self._dtypes_checked:  # the repeating step passes the same tuple
+            self._check_dtypes(variables)
+            self._dtypes_checked = variables
         self._check_strategy(strategy)
         ctx = get_replica_context()
         hyperparameters = self.hyperparameters()
