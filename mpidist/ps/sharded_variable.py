@@ -122,6 +122,10 @@ class ShardedVariable:
 
     def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
                   ) -> np.ndarray:
+        if copy is False:  # NumPy 2's contract: the shards' concatenation is always a copy
+            raise ValueError(
+                f"np.asarray(ShardedVariable {self.name!r}, copy=False): its value is the "
+                "concatenation of its shards, which is always a new array; use np.asarray(v).")
         value = self.numpy()
         return value if dtype is None else value.astype(dtype, copy=False)
 

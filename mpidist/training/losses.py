@@ -94,12 +94,16 @@ def _weights_like(xp, weights, loss):
     if 0 < w.ndim < loss.ndim:
         w = w.reshape(w.shape + (1,) * (loss.ndim - w.ndim))
     try:
-        np.broadcast_shapes(w.shape, loss.shape)
+        # the weights broadcast to the losses, never the reverse (an (N, N) weight would
+        # silently turn N losses into N * N)
+        fits = np.broadcast_shapes(w.shape, loss.shape) == tuple(loss.shape)
     except ValueError:
+        fits = False
+    if not fits:
         raise ValueError(
             f"sample_weight of shape {tuple(w.shape)} cannot be broadcast to per_example_loss of "
             f"shape {tuple(loss.shape)}; give one weight per example (shape "
-            f"({loss.shape[0]},)) or a scalar.") from None
+            f"({loss.shape[0]},)) or a scalar.")
     return w
 
 

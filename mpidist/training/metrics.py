@@ -9,6 +9,7 @@ host. Created outside any scope, the state is plain Variables and nothing is dis
 """
 
 import re
+import warnings
 
 import numpy as np
 
@@ -79,6 +80,23 @@ def _check_input(metric, what, given, arr, kinds="biuf", required=False):
             f"Metric {metric._name!r}: {what} must hold real numbers, got {short_repr(given)} "
             f"(dtype {getattr(arr, 'dtype', None)}); pass a numeric array."
         )
+
+
+def _check_class_labels(metric, xp, labels, classes):
+    """ValueError unless ``labels`` are class indices in ``[0, classes)``: a fraction or an
+    index out of range (1-based labels, say) never equals a predicted class, a silently low
+    accuracy."""
+    if not labels.size:
+        return
+    low, high = float(xp.min(labels)), float(xp.max(labels))
+    fractional = labels.dtype.kind == "f" and bool(xp.any(labels != xp.round(labels)))
+    if fractional or low < 0 or high >= classes:
+        raise ValueError(
+            f"Metric {metric._name!r}: y_true must hold class indices in [0, {classes}) for "
+            f"y_pred's {classes} classes, got "
+            + ("fractional values" if fractional else f"values from {low:g} to {high:g}")
+            + "; pass integer labels 0..C-1 (subtract 1 from 1-based labels; use Accuracy "
+            "for other comparisons).")
 
 
 def _squeeze_last(x):
@@ -359,6 +377,14 @@ class Accuracy(Mean):
         _check_input(self, "y_pred", given[1], y_pred, "biufSU", required=True)
         _check_input(self, "sample_weight", sample_weight, w)
         t, p = match_label_shapes(y_true, y_pred, f"Metric {self._name!r}")
+        if p.dtype.kind == "f" and t.dtype.kind in "biu" and p.size \
+                and bool(xp.any(p != xp.round(p))):
+            warnings.warn(
+                f"Metric {self._name!r}: Accuracy compares y_pred with the integer labels "
+                "y_true for equality, and y_pred holds fractions (probabilities or scores?), "
+                "which never equal a label; pass predicted labels (e.g. "
+                "(probabilities > 0.5).astype(int), or argmax over classes), or use "
+                "SparseCategoricalAccuracy for class scores.", RuntimeWarning, stacklevel=4)
         return self._mean_deltas(xp, t == p, w)
 
 
@@ -390,4 +416,5 @@ class SparseCategoricalAccuracy(Mean):
         t, predicted = match_label_shapes(
             y_true, xp.argmax(y_pred, axis=-1), f"Metric {self._name!r}",
             f"the classes predicted by y_pred of shape {tuple(y_pred.shape)} (its argmax)")
+        _check_class_labels(self, xp, t, y_pred.shape[-1])
         return self._mean_deltas(xp, t == predicted, w)

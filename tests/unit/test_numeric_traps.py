@@ -184,3 +184,41 @@ def test_a_checkpoint_inside_the_backup_directory_is_refused(tmp_path):
                          mpidist.callbacks.ModelCheckpoint(str(tmp_path / "ck"))])
     check_callbacks([mpidist.callbacks.ModelCheckpoint(str(tmp_path / "ck")),
                      mpidist.callbacks.BackupAndRestore(str(tmp_path / "backup"))])
+
+
+def test_a_sharded_variable_cannot_be_lent_without_a_copy():
+    from mpidist.ps.sharded_variable import ShardedVariable
+
+    sharded = ShardedVariable([mpidist.Variable(np.ones((2, 2))), mpidist.Variable(np.ones((1, 2)))])
+    np.testing.assert_array_equal(np.asarray(sharded), np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"copy=False\): its value is the concatenation"):
+        np.asarray(sharded, copy=False)
+
+
+# -- other traps of the same classes in losses and metrics ------------------------------------
+def test_sample_weights_broadcast_to_the_losses_never_the_reverse():
+    loss = np.ones(3)
+    with pytest.raises(ValueError, match=r"sample_weight of shape \(3, 3\) cannot be broadcast"):
+        mpidist.nn.compute_average_loss(loss, sample_weight=np.ones((3, 3)), global_batch_size=3)
+    for weight in (2.0, np.full(3, 2.0), np.full((3, 1), 2.0)):
+        assert float(mpidist.nn.compute_average_loss(loss, sample_weight=weight,
+                                                     global_batch_size=3)) == 2.0
+
+
+def test_accuracy_of_probabilities_against_labels_warns():
+    metric = mpidist.metrics.Accuracy()
+    with pytest.warns(RuntimeWarning, match=r"y_pred holds fractions .*> 0\.5"):
+        metric.update_state(np.array([1, 0, 1]), np.array([0.9, 0.2, 0.7]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        metric.update_state(np.array([1, 0]), np.array([1.0, 0.0]))  # labels as floats: fine
+
+
+@pytest.mark.parametrize("labels,words", [([1, 2, 3], r"values from 1 to 3"),
+                                          ([0.5, 1.0, 0.0], r"fractional values"),
+                                          ([-1, 0, 1], r"values from -1 to 1")])
+def test_sparse_labels_outside_the_classes_are_refused(labels, words):
+    metric = mpidist.metrics.SparseCategoricalAccuracy()
+    with pytest.raises(ValueError, match=rf"class indices in \[0, 3\).*{words}"):
+        metric.update_state(np.array(labels), np.eye(3))
+    assert metric.result() == 0.0
