@@ -6,6 +6,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
+from mpidist.core.waiting import get_item
+
 __all__ = ["iterate_in_background"]
 
 T = TypeVar("T")
@@ -48,7 +50,8 @@ def iterate_in_background(it: Iterator[T], buffer_size: int) -> Iterator[T]:
     thread.start()
     try:
         while True:
-            item = q.get()
+            item = get_item(q, "the next element of the dataset",
+                            "the prefetch thread running the dataset's iterator")
             if item is _END:
                 return
             if isinstance(item, _Failure):

@@ -35,7 +35,7 @@ MPI_BLOCKING = {
 MPI_PICKLED = {"recv", "send", "ssend", "sendrecv", "probe", "barrier", "bcast", "reduce",
                "allreduce", "allgather", "gather", "scatter", "alltoall"}
 COMM_RECEIVER = re.compile(r"comm|COMM_WORLD|world|control", re.IGNORECASE)
-QUEUE_RECEIVER = re.compile(r"queue|jobs|inbox|mailbox", re.IGNORECASE)
+QUEUE_RECEIVER = re.compile(r"^q$|_q$|queue|jobs|inbox|mailbox", re.IGNORECASE)
 THREAD_RECEIVER = re.compile(r"thread|process|proc|child|dispatcher|coordinator|server|worker",
                              re.IGNORECASE)
 SUBPROCESS_BLOCKING = {"run", "call", "check_call", "check_output"}
@@ -153,6 +153,8 @@ def test_the_library_uses_the_primitive():
     "worker.thread.join(5)",
     "coordinator.join()",
     "jobs.get()",
+    "q.get()",
+    "self._q.get()",
     "self.queue.get(timeout=1)",
     "lock.acquire()",
     "comm.Recv(buf, 0, 7)",
@@ -178,6 +180,7 @@ def test_the_scanner_finds_unbounded_waits(snippet):
     "sep.join(names)",
     "shlex.join(command)",
     "config.get('x')",
+    "x.get()",
     "options.get(name, None)",
     "lock.acquire(timeout=3)",
     "comm.barrier(timeout=5)",
