@@ -94,19 +94,25 @@ class PSClient:
             posted.add(ps_rank)
         return tag
 
-    def wait(self, ps_rank: int, tag: int, dtype: Any = np.uint8, shape: Any = None,
-             what: str = "request") -> np.ndarray | None:
+    def reply(self, ps_rank: int, tag: int, dtype: Any = np.uint8, shape: Any = None,
+              what: str = "request") -> np.ndarray | None:
         """The reply to a request sent with ``send``: an array of ``dtype`` and ``shape`` (None
-        for an empty reply); the server's error, rebuilt, when the operation failed."""
-        deadline = time.monotonic() + self.timeout
+        for an empty reply); the server's error, rebuilt, when the operation failed. Waits at
+        most ``MPIDIST_PS_TIMEOUT`` (header and payload together); past it UnavailableError."""
+        transport = self.transport
+        on = f"parameter server {self.roles.describe(ps_rank)}"
+        start = time.monotonic()
         try:
-            _, _, buffer = self.transport.recv(DATA, ps_rank, tag, deadline, what)
+            _, _, buffer = transport.recv(DATA, ps_rank, tag, f"the reply to {what}", on,
+                                          self.timeout, "MPIDIST_PS_TIMEOUT")
             status, nbytes, data = decode_reply(buffer)
             if data is None and nbytes:
                 data = np.empty(nbytes, np.uint8)  # the caller's new array (not zeroed first)
-                self.transport.recv_into(DATA, ps_rank, tag, data, deadline, what)
-        except DeadlineExceededError:
-            raise self.unavailable(ps_rank, what) from None
+                left = max(self.timeout - (time.monotonic() - start), 1e-3)
+                transport.recv_into(DATA, ps_rank, tag, data, f"the payload of the reply to {what}",
+                                    on, left, "MPIDIST_PS_TIMEOUT")
+        except DeadlineExceededError as err:
+            raise self.unavailable(ps_rank, what, str(err)) from None
         if status == STATUS_ERROR:
             raise loads_error(bytes(data))
         if not nbytes:
@@ -118,14 +124,14 @@ class PSClient:
                 data: Any = None, extra: int = 0, dtype: Any = np.uint8, shape: Any = None,
                 what: str = "request") -> np.ndarray | None:
         tag = self.send(ps_rank, op, var_id, params, ids, data, extra)
-        return self.wait(ps_rank, tag, dtype, shape, what)
+        return self.reply(ps_rank, tag, dtype, shape, what)
 
-    def unavailable(self, ps_rank: int, what: str) -> UnavailableError:
+    def unavailable(self, ps_rank: int, what: str, report: str = "") -> UnavailableError:
         return UnavailableError(
             f"parameter server {self.roles.describe(ps_rank)} did not answer within "
             f"{self.timeout:g} s ({what}). A parameter server that fails cannot be replaced: "
             "restart the job and restore the latest checkpoint (docs/ps.md, 'Failures'); "
-            "MPIDIST_PS_TIMEOUT sets the limit.")
+            "MPIDIST_PS_TIMEOUT sets the limit." + (f" [{report}]" if report else ""))
 
     def fence(self) -> None:
         """Wait until every update this thread posted has been applied; raises the first error
@@ -139,18 +145,20 @@ class PSClient:
         errors = []
         for rank, tag in tags:
             try:
-                self.wait(rank, tag, what="fence of posted updates")
+                self.reply(rank, tag, what="fence of posted updates")
             except Exception as exc:  # noqa: BLE001 - every server is fenced before raising
                 errors.append(exc)
         if errors:
             raise errors[0]
 
-    def shutdown_servers(self) -> None:
-        """Stop every parameter server (once); later requests fail at once."""
+    def shutdown_servers(self, finalize: bool = True) -> None:
+        """Stop every parameter server (once); later requests fail at once. ``finalize``
+        False: a rank of the job is lost, so the servers leave without MPI_Finalize (which
+        would wait for it)."""
         if self._servers_shut_down:
             return
         for rank in self.roles.ps_ranks:
-            self.send(rank, Op.SHUTDOWN, 0, reply=False)
+            self.send(rank, Op.SHUTDOWN, 0, reply=False, extra=int(not finalize))
         self._servers_shut_down = True
         posted = getattr(self._posted, "ranks", None)
         if posted:

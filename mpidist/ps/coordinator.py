@@ -99,7 +99,7 @@ class ClusterCoordinator:
 
     def join(self) -> None:
         """Block until every scheduled function has run (or raise the first error)."""
-        self._dispatcher.join()
+        self._dispatcher.finish()
 
     def done(self) -> bool:
         """Whether every scheduled function has run (raises the first error, as ``join``)."""
@@ -138,6 +138,17 @@ class ClusterCoordinator:
         return PerWorkerValues(values)
 
     _create_per_worker_resources = create_per_worker_resources
+
+    @property
+    def lost(self) -> dict[int, str]:
+        """The ranks this job lost, each with why (a dead, silent or stuck worker; a failed
+        ps): at the end they decide how the job leaves (docs/ps.md, "Failures")."""
+        return self._dispatcher.lost
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """The error that ended the coordinator's use (a failed ps, no worker left), if any."""
+        return self._dispatcher.fatal
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop the workers and parameter servers (done at the chief's exit)."""

@@ -2,19 +2,26 @@
 
 One thread sends closures to free workers and collects their results and heartbeats; the
 user's thread only queues closures and waits. Everything shared is guarded by one condition.
+Every wait of the user's thread goes through ``mpidist.core.waiting``: ``join`` waits while
+closures keep finishing (its deadline, ``max(MPIDIST_WAIT_TIMEOUT, MPIDIST_PS_CLOSURE_TIMEOUT)``,
+restarts at each one), so a long job that moves is never cut and one that stops is reported.
+``lost`` names the ranks the job lost (dead, silent or stuck workers; a failed ps): at the end
+they decide how the job leaves (``service.shutdown_job``).
 """
 
 import collections
 import dataclasses
+import re
 import threading
 import time
 from typing import Any
 
 from mpidist.config import get_config
 from mpidist.core import nest
-from mpidist.errors import UnavailableError
+from mpidist.core.waiting import join_thread, wait_until
+from mpidist.errors import DeadlineExceededError, UnavailableError
 from mpidist.logs import get_logger
-from mpidist.ps.remote_value import PerWorkerValues, RemoteValue
+from mpidist.ps.remote_value import PerWorkerValues, RemoteValue, result_timeout
 from mpidist.ps.client import use_client
 from mpidist.ps.runtime import Outcome, Tag, TaskRuntime, decode_result, send_control, stop_workers
 from mpidist.ps.serialization import (dumps_error, dumps_function, loads_error, loads_payload,
@@ -80,22 +87,32 @@ class Dispatcher:
         self._fatal: BaseException | None = None   # raised by every later call
         self._failed_resources: set[int] = set()   # families of resource closures that failed
         self._stopping = False
+        self._closed = False                       # shut down: nothing more can be scheduled
+        self._finished = 0                         # closures finished (join's progress)
+        self.lost: dict[int, str] = {}             # rank -> why the job lost it
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name="mpidist-ps-dispatcher")
         self._thread.start()
 
     # -- the user's side ----------------------------------------------------------------------
     def put(self, closure: Closure) -> None:
+        self._refuse_if_closed()
         dumps_function(closure.function)  # serialize now: a function that cannot travel fails here
+        closure.remote_value.progress = self._progress
         with self._cond:
             self._raise_fatal()
-            while len(self._queue) >= self._capacity:
-                self._cond.wait(0.1)
+            if len(self._queue) >= self._capacity:
+                wait_until(lambda: len(self._queue) < self._capacity or self._closed,
+                           f"room in the closure queue (it holds {self._capacity} closures)",
+                           "the workers", pause=self._cond.wait, progress=self._progress,
+                           timeout=self._join_timeout())
+                self._refuse_if_closed()
             self._queue.append(closure)
             if self._error is not None:
                 self._raise_error()
 
     def put_resource(self, closure: Closure) -> None:
+        self._refuse_if_closed()
         dumps_function(closure.function)
         with self._cond:
             self._raise_fatal()
@@ -107,13 +124,35 @@ class Dispatcher:
             else:
                 closure.remote_value.abort()
 
-    def join(self) -> None:
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise RuntimeError(
+                "ClusterCoordinator.schedule: the coordinator was shut down "
+                "(coordinator.shutdown(), or the chief's program is ending), so its workers are "
+                "stopped and the function would never run. Schedule every function before "
+                "shutdown(); to train again, restart the job.")
+
+    def _progress(self) -> int:
+        return self._finished
+
+    @staticmethod
+    def _join_timeout() -> float:
+        return result_timeout()
+
+    def finish(self) -> None:
+        """Wait until nothing is queued or running (or raise the first error). The deadline
+        restarts each time a closure finishes."""
         with self._cond:
-            while True:
-                self._raise_pending()
-                if self._idle():
-                    return
-                self._cond.wait(0.1)
+            wait_until(lambda: self._fatal is not None or self._error is not None or self._idle(),
+                       f"the {len(self._queue) + self._inflight_count()} scheduled functions "
+                       "queued or running to finish", self._on_whom(), pause=self._cond.wait,
+                       progress=self._progress, timeout=self._join_timeout(),
+                       setting="MPIDIST_WAIT_TIMEOUT (or MPIDIST_PS_CLOSURE_TIMEOUT)")
+            self._raise_pending()
+
+    def _on_whom(self) -> str:
+        busy = [self._runtime.roles.describe(w.rank) for w in self._workers if w.inflight]
+        return "workers " + ", ".join(busy) if busy else "the workers"
 
     def done(self) -> bool:
         with self._cond:
@@ -140,8 +179,11 @@ class Dispatcher:
     def _raise_error(self) -> None:
         """TF's rule: wait for in-flight closures, cancel the queued ones, raise the first
         error once and clear it. Called with the condition held."""
-        while self._inflight_count() and self._fatal is None:
-            self._cond.wait(0.1)
+        wait_until(lambda: not self._inflight_count() or self._fatal is not None,
+                   "the functions already running to finish before the first error is raised",
+                   self._on_whom(), pause=self._cond.wait, progress=self._progress,
+                   timeout=self._join_timeout(),
+                   setting="MPIDIST_WAIT_TIMEOUT (or MPIDIST_PS_CLOSURE_TIMEOUT)")
         while self._queue:
             self._queue.popleft().remote_value.cancel()
         error, self._error = self._error, None
@@ -155,7 +197,7 @@ class Dispatcher:
         # The chief's thread shares the cores with the workers: it does not spin. Two closures
         # in flight per worker hide the sleep (a worker has its next closure while one runs).
         backoff = Backoff(spin_seconds=0.0)
-        while True:
+        while True:  # the job's lifetime: until shutdown
             with self._cond:
                 if self._stopping:
                     return
@@ -165,10 +207,11 @@ class Dispatcher:
                 busy = True
             busy = self._send_work() or busy
             self._check_heartbeats()
+            transport.progress()  # a large argument's buffer is freed once it has left
             if busy:
                 backoff.reset()
             else:
-                backoff.wait()
+                backoff.pause()
 
     def _send_work(self) -> bool:
         picks = []
@@ -244,10 +287,13 @@ class Dispatcher:
                 self._restart(worker)
             else:
                 del worker.inflight[closure_id]
+                self._finished += 1
                 if outcome == Outcome.OK:
                     closure.remote_value.set_value(value)
                 else:
                     self._record_error(closure, loads_error(value))
+                if outcome == Outcome.STUCK and worker.alive:
+                    self._fail(worker, f"closure {closure_id} ran past MPIDIST_PS_CLOSURE_TIMEOUT")
             self._cond.notify_all()
 
     def _record_error(self, closure: Closure, error: BaseException) -> None:
@@ -262,6 +308,9 @@ class Dispatcher:
             from mpidist.ps.coordinator import PSUnavailableError  # noqa: PLC0415 - defined beside the coordinator
 
             error = PSUnavailableError(str(error))
+            rank = _ps_rank_in(str(error))
+            if rank is not None:
+                self.lost.setdefault(rank, "a parameter server that did not answer")
             if self._fatal is None:
                 self._fatal = error
         elif self._error is None:
@@ -302,6 +351,7 @@ class Dispatcher:
         where = self._runtime.roles.describe(worker.rank)
         log.warning("%s failed (%s): its closures run on the other workers", where, reason)
         worker.alive = False
+        self.lost[worker.rank] = reason
         self._requeue_inflight(worker)
         worker.tagged.clear()
         for closure in worker.resources:
@@ -315,19 +365,50 @@ class Dispatcher:
 
     # -- shutdown -------------------------------------------------------------------------------
     def shutdown(self, timeout: float) -> None:
-        """Cancel what is queued, let in-flight closures finish (bounded), stop the thread,
-        then stop every worker and wait (bounded) for each live one to say goodbye."""
+        """Refuse new closures, cancel what is queued, let in-flight closures finish (at most
+        ``timeout`` seconds; a worker whose closure is still running then is lost), stop the
+        thread; then stop every worker (``finalize`` False when a rank is lost) and wait
+        (bounded) for each live one to say goodbye."""
         with self._cond:
-            queued = len(self._queue)
-            if queued and self._fatal is None:
-                log.warning("%d scheduled functions had not run when the coordinator shut down; "
-                            "they are cancelled (call coordinator.join() to wait for them).", queued)
+            if self._closed:
+                return  # shut down already (coordinator.shutdown(), then the chief's exit)
+            self._closed = True
+            queued, running = len(self._queue), self._inflight_count()
+            if (queued or running) and self._fatal is None:
+                log.warning(
+                    "%d scheduled functions had not finished when the coordinator shut down: "
+                    "%d queued are cancelled, %d running may take %g s more (call "
+                    "coordinator.join() to wait for them).", queued + running, queued, running,
+                    timeout)
             while self._queue:
                 self._queue.popleft().remote_value.cancel()
-            end = time.monotonic() + timeout
-            while self._inflight_count() and self._fatal is None and time.monotonic() < end:
-                self._cond.wait(0.05)
+            try:
+                wait_until(lambda: not self._inflight_count() or self._fatal is not None,
+                           "the functions still running at shutdown to finish", self._on_whom(),
+                           pause=self._cond.wait, timeout=timeout, setting="MPIDIST_PS_TIMEOUT")
+            except DeadlineExceededError as err:
+                log.warning("%s", err)
+                for worker in self._workers:
+                    if worker.alive and worker.inflight:
+                        self.lost[worker.rank] = "still running a function at shutdown"
+                        for closure in worker.inflight.values():
+                            closure.remote_value.set_error(err)
             self._stopping = True
-        self._thread.join(timeout)
-        stop_workers(self._runtime.transport, self._runtime.roles,
-                     [w.rank for w in self._workers if w.alive], min(timeout, 30.0))
+        try:
+            join_thread(self._thread, "the dispatcher thread to stop", timeout=timeout)
+        except DeadlineExceededError as err:
+            log.warning("%s", err)
+        alive = [w.rank for w in self._workers if w.alive and w.rank not in self.lost]
+        stop_workers(self._runtime.transport, self._runtime.roles, alive, min(timeout, 30.0),
+                     finalize=not self.lost)
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """The error that ended the job's use (a failed ps, no worker left), if any."""
+        return self._fatal
+
+
+def _ps_rank_in(message: str) -> int | None:
+    """The rank of the parameter server an UnavailableError names."""
+    found = re.search(r"parameter server /job:ps/replica:0/task:\d+ \(rank (\d+)", message)
+    return int(found.group(1)) if found else None

@@ -12,11 +12,18 @@ failures the coordinator must handle are also produced on purpose, on the real c
   closures (the coordinator's failure detector must notice).
 - ``ps:I:after=K:hang``: ps task I stops answering after K requests (a PS failure: fatal, with a
   clear error, never a hang).
+- ``ps:I:after=K:die=HOW`` / ``worker:I:after=K:die=HOW``: the task really dies after K requests
+  (closures), by ``SIGKILL``, ``SIGSEGV`` (a real segmentation fault) or ``exit3``
+  (``os._exit(3)``): nothing is caught, no mpidist code is told (the real-fault tests).
 
 Several faults are separated by commas.
 """
 
+import ctypes
 import dataclasses
+import os
+import signal
+from typing import NoReturn
 
 from mpidist.config import get_config
 
@@ -27,23 +34,40 @@ __all__ = ["Faults", "Fault"]
 class Fault:
     target: str          # "closure", "worker" or "ps"
     index: int           # closure id or task index
-    action: str          # "preempt", "exit" or "hang"
+    action: str          # "preempt", "exit", "hang" or "die"
     after: int = 0
     seconds: float = 0.5
+    how: str = ""        # of "die": one of DEATHS
+
+
+DEATHS = ("SIGKILL", "SIGSEGV", "exit3")
+
+
+def die(how: str) -> NoReturn:
+    """End this process as a real fault would: ``SIGKILL`` (the OOM killer), ``SIGSEGV`` (a
+    read of address 0) or ``exit3`` (``os._exit(3)``, no handler runs)."""
+    if how == "exit3":
+        os._exit(3)
+    if how == "SIGSEGV":
+        ctypes.string_at(0)
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError(f"survived {how}")
 
 
 def _parse_one(text: str) -> Fault:
     parts = text.strip().split(":")
-    usage = ("use closure:N:preempt[=S], closure:N:exit, worker:I:after=K:hang or "
-             "ps:I:after=K:hang")
+    usage = ("use closure:N:preempt[=S], closure:N:exit, worker:I:after=K:hang, "
+             "ps:I:after=K:hang, or worker|ps:I:after=K:die=SIGKILL|SIGSEGV|exit3")
     try:
         target, index = parts[0], int(parts[1])
         options = parts[2:]
-        after, seconds, action = 0, 0.5, None
+        after, seconds, action, how = 0, 0.5, None, ""
         for option in options:
             key, _, value = option.partition("=")
             if key == "after":
                 after = int(value)
+            elif key == "die" and value in DEATHS:
+                action, how = key, value
             elif key in ("preempt", "exit", "hang"):
                 action = key
                 if value:
@@ -52,10 +76,10 @@ def _parse_one(text: str) -> Fault:
                 raise ValueError(option)
     except (IndexError, ValueError):
         raise ValueError(f"MPIDIST_PS_FAULTS: cannot read {text!r}; {usage}.") from None
-    allowed = {"closure": ("preempt", "exit"), "worker": ("hang",), "ps": ("hang",)}
+    allowed = {"closure": ("preempt", "exit"), "worker": ("hang", "die"), "ps": ("hang", "die")}
     if target not in allowed or action not in allowed[target]:
         raise ValueError(f"MPIDIST_PS_FAULTS: cannot read {text!r}; {usage}.")
-    return Fault(target, index, action, after, seconds)
+    return Fault(target, index, action, after, seconds, how)
 
 
 class Faults:
@@ -84,10 +108,18 @@ class Faults:
                 return fault
         return None
 
+    def _due(self, target: str, task_id: int, count: int) -> Fault | None:
+        for fault in self.faults:
+            if fault.target == target and fault.index == task_id and count >= fault.after:
+                if fault.action == "die":
+                    die(fault.how)
+                return fault
+        return None
+
     def worker_hangs(self, task_id: int, closures_done: int) -> bool:
-        return any(f.target == "worker" and f.index == task_id and closures_done >= f.after
-                   for f in self.faults)
+        """Whether worker ``task_id`` hangs now (a due ``die`` fault ends the process here)."""
+        return self._due("worker", task_id, closures_done) is not None
 
     def ps_hangs(self, task_id: int, requests_served: int) -> bool:
-        return any(f.target == "ps" and f.index == task_id and requests_served >= f.after
-                   for f in self.faults)
+        """Whether ps ``task_id`` hangs now (a due ``die`` fault ends the process here)."""
+        return self._due("ps", task_id, requests_served) is not None

@@ -17,6 +17,8 @@ from typing import Any
 
 from mpidist.cluster_resolver.base import SimpleClusterResolver
 from mpidist.cluster_resolver.cluster_spec import ClusterSpec
+from mpidist.core.waiting import join_thread
+from mpidist.errors import DeadlineExceededError
 from mpidist.logs import get_logger
 from mpidist.ps.client import PSClient, current_client
 from mpidist.ps.roles import ClusterRoles
@@ -62,7 +64,7 @@ class InProcessCluster:
         resolver = SimpleClusterResolver(self.spec, task_type=task_type, task_id=task_id,
                                          rpc_layer=INPROCESS)
         try:
-            Server(resolver).join()
+            Server(resolver).join()  # wait-ok: serves until SHUTDOWN, or until the chief is gone
         except BaseException as exc:  # noqa: BLE001 - reported by the cluster, not lost in a thread
             log.error("in-process %s %d failed: %r", task_type, task_id, exc)
             self.errors.append(exc)
@@ -78,7 +80,10 @@ class InProcessCluster:
             stop_workers(chief, roles, roles.worker_ranks, timeout)
             PSClient(chief, roles).shutdown_servers()
         for thread in self._threads:
-            thread.join(timeout)
+            try:
+                join_thread(thread, f"in-process task {thread.name!r} to stop", timeout=timeout)
+            except DeadlineExceededError:
+                pass  # named below with the others
         LocalFabric.unregister(self._token)
         alive = [t.name for t in self._threads if t.is_alive()]
         if alive:
@@ -90,8 +95,8 @@ class InProcessCluster:
         except RuntimeError:
             return None
         strategy = getattr(client, "strategy", None)
-        if strategy is None or client.transport.size != self._fabric.size:
-            return None
+        if strategy is None or getattr(client.transport, "fabric", None) is not self._fabric:
+            return None  # another cluster's chief (an earlier one, on this thread)
         return strategy if client.roles.is_chief else None
 
     def __enter__(self) -> "InProcessCluster":

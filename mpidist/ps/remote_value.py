@@ -3,11 +3,23 @@ values that have one component per worker (TF ``coordinator/values.py``)."""
 
 import enum
 import threading
+from collections.abc import Callable
 from typing import Any
 
+from mpidist.config import get_config
+from mpidist.core.waiting import wait_until
 from mpidist.errors import CancelledError
 
-__all__ = ["RemoteValue", "RemoteValueStatus", "PerWorkerValues", "CANCELLED_MESSAGE"]
+__all__ = ["RemoteValue", "RemoteValueStatus", "PerWorkerValues", "CANCELLED_MESSAGE",
+           "result_timeout"]
+
+
+def result_timeout() -> float:
+    """How long the chief waits for scheduled functions without any of them finishing
+    (``join``, ``fetch``): ``MPIDIST_WAIT_TIMEOUT``, or longer when a function may run longer
+    (``MPIDIST_PS_CLOSURE_TIMEOUT``, plus the heartbeats that report it)."""
+    config = get_config()
+    return max(config.wait_timeout, config.ps_closure_timeout + 3 * config.ps_heartbeat_seconds)
 
 CANCELLED_MESSAGE = "The corresponding function is cancelled. Please reschedule the function."
 
@@ -28,6 +40,7 @@ class RemoteValue:
         self._value: Any = None
         self._error: BaseException | None = None
         self.resource_id = 0  # set when the value is a per-worker resource kept on its worker
+        self.progress: Callable[[], object] | None = None  # closures finished (the coordinator's)
 
     @property
     def status(self) -> RemoteValueStatus:
@@ -61,8 +74,10 @@ class RemoteValue:
     def fetch(self) -> Any:
         """Wait for the result; return it, or raise the function's error."""
         with self._cond:
-            while self._status is not RemoteValueStatus.READY:
-                self._cond.wait(0.1)
+            wait_until(lambda: self._status is RemoteValueStatus.READY,
+                       "the result of a scheduled function", "the workers", pause=self._cond.wait,
+                       progress=self.progress, timeout=result_timeout(),
+                       setting="MPIDIST_WAIT_TIMEOUT (or MPIDIST_PS_CLOSURE_TIMEOUT)")
             if self._error is not None:
                 raise self._error
             return self._value

@@ -3,7 +3,8 @@ control messages between the chief and the workers (ps-design.md §1, §3).
 
 ``TaskRuntime.connect(resolver)`` is where a rank joins the job: it works out the roles from
 the cluster resolver, builds the transport (collective over MPI_COMM_WORLD, so every rank of
-the job must get here) and the client for variable requests.
+the job must get here) and the client for variable requests. ``ChiefPulse`` is the chief's
+heartbeat to the other ranks (``liveness.ChiefWatch`` listens to it).
 """
 
 import struct
@@ -12,15 +13,20 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from mpidist.cluster_resolver.agreement import agree_on_cluster
+from mpidist.config import get_config
+from mpidist.errors import DeadlineExceededError
 from mpidist.logs import get_logger
 from mpidist.ps.client import PSClient, use_client
 from mpidist.ps.faults import Faults
 from mpidist.ps.roles import ClusterRoles, resolve_roles
 from mpidist.ps.serialization import dumps_payload, loads_payload, pack_frames, unpack_frames
-from mpidist.ps.transport import CTRL, LocalFabric, LocalTransport, MPITransport, Transport
+from mpidist.ps.transport import (CTRL, DATA, LocalFabric, LocalTransport, MPITransport,
+                                  Transport)
+from mpidist.ps.wire import REQUEST_TAG, Op, encode_request
 
 __all__ = ["TaskRuntime", "Tag", "send_control", "decode_control", "INPROCESS", "Outcome",
-           "send_result", "decode_result", "stop_workers"]
+           "send_result", "decode_result", "stop_workers", "ChiefPulse"]
 
 log = get_logger("mpidist.ps")
 
@@ -44,6 +50,7 @@ class Outcome:
     OK = 0
     ERROR = 1
     PREEMPTED = 2  # a worker failure: the chief runs the closure again elsewhere
+    STUCK = 3      # past MPIDIST_PS_CLOSURE_TIMEOUT: the closure fails, its worker is abandoned
 
 
 _RESULT = struct.Struct("<3q")
@@ -72,18 +79,50 @@ def decode_control(buffer: Any) -> Any:
 
 
 def stop_workers(transport: Transport, roles: ClusterRoles, waiting_for: Sequence[int],
-                 timeout: float) -> None:
-    """From the chief: tell every worker to stop, then wait (bounded by ``timeout`` seconds)
-    for the goodbye of each rank in ``waiting_for`` (a failed worker sends none)."""
+                 timeout: float, finalize: bool = True) -> None:
+    """From the chief: tell every worker to stop, then wait (bounded by ``timeout`` seconds in
+    all) for the goodbye of each rank in ``waiting_for`` (a failed worker sends none).
+    ``finalize`` False tells them a rank is lost: leave without MPI_Finalize. A send never
+    blocks (``Transport.send``), so a dead worker cannot hold the chief here."""
     for rank in roles.worker_ranks:
-        send_control(transport, rank, Tag.SHUTDOWN, None)
+        send_control(transport, rank, Tag.SHUTDOWN, {"finalize": finalize})
     end = time.monotonic() + timeout
     for rank in waiting_for:
         where = roles.describe(rank)
         try:
-            transport.recv(CTRL, rank, Tag.BYE, end, f"shutting down {where}")
-        except TimeoutError:
-            log.warning("%s did not confirm its shutdown", where)
+            transport.recv(CTRL, rank, Tag.BYE, f"the goodbye of {where}", where,
+                           max(end - time.monotonic(), 1e-3), "MPIDIST_PS_TIMEOUT")
+        except DeadlineExceededError as err:
+            log.warning("%s did not confirm its shutdown: %s", where, err)
+
+
+class ChiefPulse:
+    """The chief's heartbeat: every ``MPIDIST_PS_HEARTBEAT_SECONDS`` a small message to each
+    worker (control channel) and each ps (a posted PING), so they can tell a chief that is busy
+    from one that is gone. ``skip`` lists ranks known dead (a send to them never completes)."""
+
+    def __init__(self, transport: Transport, roles: ClusterRoles) -> None:
+        self._transport = transport
+        self._roles = roles
+        self.skip: set[int] = set()
+        self._stop = threading.Event()
+        self._ping = encode_request(Op.PING, 0)[0]
+        self._thread = threading.Thread(target=self._run, daemon=True, name="mpidist-chief-pulse")
+        self._thread.start()
+
+    def _run(self) -> None:
+        interval = get_config().ps_heartbeat_seconds
+        while not self._stop.wait(interval):  # wait-ok: the pulse's period, until stop()
+            for rank in self._roles.worker_ranks:
+                if rank not in self.skip:
+                    send_control(self._transport, rank, Tag.HEARTBEAT, None)
+            for rank in self._roles.ps_ranks:
+                if rank not in self.skip:
+                    self._transport.send(DATA, rank, REQUEST_TAG, self._ping)
+            self._transport.progress()
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 _mpi_transport: list[MPITransport] = []
@@ -124,6 +163,8 @@ class TaskRuntime:
         self.resolver = resolver
         self.client = PSClient(transport, roles)
         self.faults = Faults.from_config()
+        self.pulse: ChiefPulse | None = None  # the chief's heartbeat (start_chief)
+        self.ended = False  # the chief has shut the job down (service.shutdown_job)
         # A rank of an MPI job is one process; simulated ranks are threads of one process.
         use_client(self.client, process_wide=not isinstance(transport, LocalTransport))
 
@@ -133,6 +174,7 @@ class TaskRuntime:
             token, size, rank = _inprocess_position(resolver)
             roles = resolve_roles(resolver, size, rank)
             return cls(roles, LocalFabric.lookup(token).transport(roles.rank), resolver)
+        agree_on_cluster("ParameterServerStrategy", resolver)  # same layout everywhere, bounded
         transport = _world_transport()
         roles = resolve_roles(resolver, transport.size, transport.rank)
         return cls(roles, transport, resolver)

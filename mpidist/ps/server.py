@@ -6,6 +6,10 @@ servers run in parallel. Optimizer updates run here, next to the data, with the 
 kernels (TF places ``ResourceApplyAdam`` on the ps the same way). A request that fails sends
 its error back when the requester waits for a reply; a posted one keeps its error for the
 requester's next ``FENCE``, so nothing fails silently.
+
+The loop serves for the job's lifetime, until the chief's SHUTDOWN; it ends sooner, with
+ChiefGoneError, when the chief has been silent (no request, no heartbeat PING) for
+``MPIDIST_PS_COORDINATOR_TIMEOUT`` seconds.
 """
 
 import time
@@ -15,11 +19,13 @@ from typing import Any
 import numpy as np
 
 from mpidist.config import get_config
+from mpidist.core.waiting import wait_until
 from mpidist.errors import DeadlineExceededError
 from mpidist.kernels import optimizers as fused_kernels
 from mpidist.logs import get_logger
 from mpidist.ps.faults import Faults
 from mpidist.ps.roles import ClusterRoles
+from mpidist.ps.liveness import ChiefWatch
 from mpidist.ps.serialization import dumps_error
 from mpidist.ps.transport import ANY, DATA, Backoff, Transport
 from mpidist.ps.wire import REQUEST_TAG, Op, Request, decode_request, encode_reply, unpack_dtype
@@ -45,6 +51,7 @@ class ParameterServer:
         self.requests_served = 0
         self._scratch = np.empty(0, np.uint8)
         self._sending: dict[int, list[Any]] = {}  # var_id -> sends still reading the variable
+        self.finalize = True  # False when the chief's SHUTDOWN says a rank of the job is lost
         self._handlers: dict[int, Callable[[Request, Any], Any]] = {
             Op.CREATE: self._create, Op.READ: self._read, Op.ASSIGN: self._assign,
             Op.ASSIGN_ADD: self._assign, Op.ASSIGN_SUB: self._assign, Op.GATHER: self._gather,
@@ -59,32 +66,55 @@ class ParameterServer:
         return self._roles.describe(self._transport.rank)
 
     def serve(self) -> None:
+        """Serve requests until the chief's SHUTDOWN (then return); ChiefGoneError when the
+        chief has been silent past ``MPIDIST_PS_COORDINATOR_TIMEOUT``."""
         backoff = Backoff()
         transport = self._transport
-        while True:
+        chief = self._roles.chief_rank
+        watch = ChiefWatch(self._roles)
+        task_id = self._roles.task_of(transport.rank)[1]
+        idle_checks = 0
+        while True:  # the job's lifetime: it ends at SHUTDOWN, or when the chief is gone
             got = transport.try_recv(DATA, ANY, REQUEST_TAG)
             if got is None:
-                backoff.wait()
+                idle_checks += 1
+                if idle_checks & 63 == 0:  # the clock costs little, but not nothing
+                    watch.check()
+                backoff.pause()
                 continue
             backoff.reset()
             source, _, buffer = got
             request = decode_request(buffer)
-            if request.op == Op.SHUTDOWN:
-                log.debug("%s: shutdown after %d requests", self.where, self.requests_served)
-                return
-            if self._faults.ps_hangs(self._roles.task_of(transport.rank)[1], self.requests_served):
-                self._hang()
+            if source == chief:
+                watch.heard()
+                if request.op == Op.PING:
+                    continue
+                if request.op == Op.SHUTDOWN:
+                    self.finalize = not request.extra
+                    log.debug("%s: shutdown after %d requests", self.where, self.requests_served)
+                    return
+            if self._faults.ps_hangs(task_id, self.requests_served):
+                self._hang(watch)
                 return
             self._handle(source, request)
 
-    def _hang(self) -> None:
-        """Injected fault: stop answering (a wedged server) until the chief shuts the job down."""
+    def _hang(self, watch: ChiefWatch) -> None:
+        """Injected fault: stop answering (a wedged server) until the chief shuts the job down
+        (or is gone)."""
         log.warning("%s: injected fault: hanging", self.where)
-        while True:
+
+        def shutdown() -> bool:
             got = self._transport.try_recv(DATA, self._roles.chief_rank, REQUEST_TAG)
-            if got is not None and decode_request(got[2]).op == Op.SHUTDOWN:
-                return
-            time.sleep(0.01)
+            if got is None:
+                return False
+            watch.heard()
+            request = decode_request(got[2])
+            if request.op == Op.SHUTDOWN:
+                self.finalize = not request.extra
+                return True
+            return False
+
+        watch.until(shutdown, "the chief's SHUTDOWN (an injected hang)")
 
     def _handle(self, source: int, request: Request) -> None:
         self.requests_served += 1
@@ -93,8 +123,9 @@ class ParameterServer:
             data = self._payload_buffer(request.nbytes)
             try:  # bounded: a requester that died mid-request must not wedge the server
                 self._transport.recv_into(DATA, source, REQUEST_TAG, data,
-                                          time.monotonic() + get_config().ps_timeout,
-                                          f"{self.where}: payload from rank {source}")
+                                          f"the payload of a request to {self.where}",
+                                          self._roles.describe(source), get_config().ps_timeout,
+                                          "MPIDIST_PS_TIMEOUT")
             except DeadlineExceededError as err:
                 log.warning("%s", err)
                 return
@@ -141,11 +172,13 @@ class ParameterServer:
         handles = self._sending.pop(var_id, None)
         if not handles:
             return
-        deadline = time.monotonic() + get_config().ps_timeout
-        backoff = Backoff.for_reply()
-        for handle in handles:
-            while not self._transport.sent(handle) and time.monotonic() < deadline:
-                backoff.wait()
+        try:
+            wait_until(lambda: all(self._transport.sent(h) for h in handles),
+                       f"large replies sent from variable id {var_id} to leave it",
+                       "their requesters", timeout=get_config().ps_timeout,
+                       setting="MPIDIST_PS_TIMEOUT", pause=Backoff.for_reply().pause, poll=0.01)
+        except DeadlineExceededError as err:  # a requester died mid-reply: go on without it
+            log.warning("%s: %s", self.where, err)
 
     # -- operations ------------------------------------------------------------------------
     def _variable(self, var_id: int) -> np.ndarray:

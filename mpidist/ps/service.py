@@ -4,8 +4,15 @@ Start: each worker says HELLO to the chief with its GPU count; the chief waits (
 ``MPIDIST_PS_CONNECT_TIMEOUT``) and checks that the workers agree. End: at the chief's exit the
 coordinator stops the workers, then the parameter servers; every ``Server.join()`` returns, so
 the job ends by itself with exit code 0 (TF's servers never return: tensorflow#25858).
+
+A job that lost a rank (a worker dead, silent or stuck; a failed ps) cannot end with
+MPI_Finalize, which waits for every rank: the chief reports what was lost, tells every rank to
+leave without it, and leaves with exit code 1 (``liveness``); so does a job whose parameter
+server failed even if the program caught the PSUnavailableError. A ps or worker rank whose
+chief is gone leaves with exit code 1 and a report.
 """
 
+import sys
 import time
 from typing import Any
 
@@ -14,6 +21,8 @@ from mpidist.cluster_resolver.cluster_spec import normalize_cluster_spec
 from mpidist.config import get_config
 from mpidist.errors import DeadlineExceededError
 from mpidist.logs import get_logger
+from mpidist.ps.liveness import (CHIEF_GONE_EXIT_CODE, ChiefGoneError, leave_without_finalize,
+                                 skip_finalize_at_exit)
 from mpidist.ps.roles import check_worker_devices
 from mpidist.ps.runtime import Tag, TaskRuntime, decode_control, stop_workers
 from mpidist.ps.server import ParameterServer
@@ -27,25 +36,40 @@ log = get_logger("mpidist.ps")
 
 
 def serve_task(runtime: TaskRuntime, strategy: ParameterServerStrategy | None = None) -> None:
-    """Serve this rank's role (ps or worker) until the chief shuts the job down."""
+    """Serve this rank's role (ps or worker) until the chief shuts the job down. When the
+    chief says a rank is lost, this process will leave without MPI_Finalize at its exit; when
+    the chief is gone, it leaves now (exit code 1, with the report)."""
     if runtime.task_type == "ps":
-        ParameterServer(runtime.transport, runtime.roles, runtime.faults).serve()
+        task: Any = ParameterServer(runtime.transport, runtime.roles, runtime.faults)
     elif runtime.task_type == "worker":
-        WorkerLoop(runtime, strategy or ParameterServerStrategy.for_task(runtime)).serve()
+        task = WorkerLoop(runtime, strategy or ParameterServerStrategy.for_task(runtime))
     else:
         raise ValueError(f"{runtime.where} is the chief: it coordinates, it does not serve.")
+    try:
+        task.serve()
+    except ChiefGoneError as gone:
+        if not runtime.transport.owns_process:
+            raise
+        runtime.transport.close(1.0)
+        leave_without_finalize(CHIEF_GONE_EXIT_CODE, str(gone))
+    if not task.finalize and runtime.transport.owns_process:
+        runtime.transport.close(1.0)
+        skip_finalize_at_exit(1)
 
 
 def await_workers(runtime: TaskRuntime) -> int:
     """On the chief: every worker's HELLO; returns the replicas per worker (TF's check of equal
     GPU counts). A worker that never reports in is a DeadlineExceededError naming it."""
     roles = runtime.roles
-    deadline = time.monotonic() + get_config().ps_connect_timeout
+    timeout = get_config().ps_connect_timeout
+    start = time.monotonic()
     counts: dict[int, int] = {}
     for rank in roles.worker_ranks:
-        what = f"waiting for {roles.describe(rank)} to start (MPIDIST_PS_CONNECT_TIMEOUT)"
+        where = roles.describe(rank)
         try:
-            _, _, buffer = runtime.transport.recv(CTRL, rank, Tag.HELLO, deadline, what)
+            _, _, buffer = runtime.transport.recv(
+                CTRL, rank, Tag.HELLO, f"{where} to start", where,
+                max(timeout - (time.monotonic() - start), 1e-3), "MPIDIST_PS_CONNECT_TIMEOUT")
         except DeadlineExceededError as err:
             raise DeadlineExceededError(
                 f"{err} Every rank of the job must build the strategy (or run "
@@ -61,16 +85,35 @@ def await_workers(runtime: TaskRuntime) -> int:
 
 
 def shutdown_job(strategy: ParameterServerStrategy) -> None:
-    """At the chief's exit: stop the workers (through the coordinator), then the servers."""
+    """At the chief's exit: stop the workers (through the coordinator), then the servers. A
+    job that lost a rank, or whose parameter server failed, leaves without MPI_Finalize with
+    exit code 1 and a report (on every rank: the SHUTDOWN messages say so)."""
     extended = strategy.extended
     runtime = extended.runtime
-    if extended.coordinator is not None:
-        extended.coordinator.shutdown()
+    if runtime.ended:
+        return
+    runtime.ended = True
+    for stream in (sys.stdout, sys.stderr):  # the program's output first, whatever follows
+        stream.flush()
+    coordinator = extended.coordinator
+    timeout = get_config().ps_timeout
+    if coordinator is not None:
+        coordinator.shutdown()
+        lost, fatal = coordinator.lost, coordinator.fatal
     else:  # no closure ever ran: the workers only wait for the word to stop
+        lost, fatal = {}, None
         stop_workers(runtime.transport, runtime.roles, runtime.roles.worker_ranks,
-                     min(get_config().ps_timeout, 30.0))
-    runtime.client.shutdown_servers()
+                     min(timeout, 30.0))
+    if runtime.pulse is not None:
+        runtime.pulse.stop()
+    runtime.client.shutdown_servers(finalize=not lost)
     runtime.transport.close()
+    if not runtime.transport.owns_process or not (lost or fatal):
+        return
+    what = "; ".join(f"{runtime.roles.describe(rank)}: {why}" for rank, why in sorted(lost.items()))
+    reason = f"it lost {what}" if lost else f"a parameter server failed ({fatal})"
+    leave_without_finalize(1, f"the job ends with exit code 1: {reason}. Every rank leaves "
+                              "without MPI_Finalize (it would wait for the lost ranks).")
 
 
 class Server:

@@ -21,7 +21,7 @@ from mpidist.core.devices import parse_device
 from mpidist.data.options import InputContext
 from mpidist.ps.client import current_client
 from mpidist.ps.partitioners import prepare_initial_value, shard_initial_values, shard_rows
-from mpidist.ps.runtime import TaskRuntime
+from mpidist.ps.runtime import ChiefPulse, TaskRuntime
 from mpidist.ps.transport import MPITransport
 from mpidist.ps.sharded_variable import ShardedVariable
 from mpidist.ps.variables import PSVariable, VariableHandle
@@ -31,7 +31,7 @@ from mpidist.types import VariableAggregation, VariableSynchronization
 from mpidist.values.variables import Variable, as_aggregation, as_synchronization, initial_array
 
 __all__ = ["ParameterServerStrategy", "ParameterServerExtended", "task_strategy",
-           "DatasetsFromFunction"]
+           "DatasetsFromFunction", "refuse_local_devices"]
 
 
 class DatasetsFromFunction:
@@ -52,6 +52,23 @@ class DatasetsFromFunction:
             "Under ParameterServerStrategy a distributed dataset is built and iterated on the "
             "workers: pass it to coordinator.create_per_worker_dataset(...) and give "
             "iter(per_worker_dataset) to the scheduled function.")
+
+
+def refuse_local_devices(resolver: Any) -> None:
+    """ValueError when the resolver was given ``local_devices`` other than the one CPU: this
+    strategy runs one replica per worker on its CPU (TF's several replicas per worker, with
+    AggregatingVariables, are not implemented), and ignoring the argument would train with
+    fewer replicas than asked, silently."""
+    requested = getattr(resolver, "requested_local_devices", None)
+    if requested is None or (isinstance(requested, list) and
+                             [str(parse_device(d)) for d in requested] == [str(parse_device("/cpu:0"))]):
+        return
+    raise ValueError(
+        f"ParameterServerStrategy runs one replica per worker, on its CPU; the cluster resolver "
+        f"was given local_devices={requested!r}, which this strategy cannot honour (TF's "
+        "several replicas per worker, with AggregatingVariable updates, are not implemented "
+        "here). Remove local_devices (or pass ['/cpu:0']); for several replicas on one "
+        "machine start more worker ranks (mpiexec -n), or use MultiWorkerMirroredStrategy.")
 
 
 def task_strategy() -> "ParameterServerStrategy":
@@ -82,6 +99,7 @@ class ParameterServerStrategy(Strategy):
                             "FixedShardsPartitioner(2).")
         resolver = cluster_resolver if cluster_resolver is not None else \
             MPIClusterResolver(num_ps=get_config().num_ps)
+        refuse_local_devices(resolver)  # before anything collective: every rank raises alike
         runtime = TaskRuntime.connect(resolver)
         self._build(runtime, variable_partitioner)
         if runtime.task_type != "chief":
@@ -185,6 +203,7 @@ class ParameterServerExtended(OneDeviceExtended):
         from mpidist.ps.service import await_workers, shutdown_job  # noqa: PLC0415 - see __init__
 
         await_workers(self._runtime)
+        self._runtime.pulse = ChiefPulse(self._runtime.transport, self._runtime.roles)
         if isinstance(self._runtime.transport, MPITransport):  # an in-process cluster stops itself
             atexit.register(shutdown_job, cast(ParameterServerStrategy, self._container_strategy()))
 

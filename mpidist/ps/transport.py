@@ -12,7 +12,11 @@ Two transports with one interface:
   unit tests and in-process clusters (TF's own tests run an in-process cluster too).
 
 A message is one contiguous buffer. Waiting spins briefly, then sleeps with an exponential
-backoff capped at ``MPIDIST_PS_POLL_MAX_SLEEP``, so an idle rank does not burn a core.
+backoff capped at ``MPIDIST_PS_POLL_MAX_SLEEP``, so an idle rank does not burn a core. Every wait
+for a message goes through ``mpidist.core.waiting`` with a finite deadline and a report (what,
+on whom, since when). A send never blocks: it is an ``Isend`` kept until complete; a send to a
+peer that died never completes, so ``close`` waits for pending sends for a bounded time, then
+abandons them and says to whom they were (``unsent``).
 """
 
 import os
@@ -22,6 +26,7 @@ from collections import deque
 from typing import Any
 
 from mpidist.config import get_config
+from mpidist.core.waiting import Wait, wait_until
 from mpidist.errors import DeadlineExceededError
 
 __all__ = ["ANY", "DATA", "CTRL", "Backoff", "Transport", "MPITransport", "LocalFabric",
@@ -59,11 +64,13 @@ class Backoff:
         self._spin_until = time.perf_counter() + self.spin_seconds
         self._sleep = 50e-6
 
-    def wait(self) -> None:
+    def pause(self, at_most: float | None = None) -> None:
+        """One pause between polls (at most ``at_most`` seconds): a yield while spinning, else
+        a sleep. The deadline belongs to the caller (``wait_until``'s ``pause``)."""
         if time.perf_counter() < self._spin_until:
             os.sched_yield()  # a peer sharing this core runs now, not after our time slice
             return
-        time.sleep(self._sleep)
+        time.sleep(self._sleep if at_most is None else min(self._sleep, at_most))
         self._sleep = min(self._sleep * 2, self.max_sleep)
 
 
@@ -87,27 +94,45 @@ class Transport:
         """The first message matching (source, tag) on ``channel``, or None at once."""
         raise NotImplementedError
 
-    def recv(self, channel: int, source: int, tag: int, deadline: float | None,
-             what: str) -> Received:
-        """Wait for a matching message until ``deadline`` (a ``time.monotonic()`` value, None
-        for none); DeadlineExceededError naming ``what()`` after it."""
-        backoff = Backoff()
-        while True:
+    def recv(self, channel: int, source: int, tag: int, what: str, on: str, timeout: float,
+             setting: str | None = None, pace: Backoff | None = None) -> Received:
+        """Wait for a matching message, at most ``timeout`` seconds; past it
+        DeadlineExceededError with ``wait_until``'s report (``what``, ``on``, since when, and
+        ``setting``, the knob that raises the deadline)."""
+        box: list[Received] = []
+
+        def ready() -> bool:
             got = self.try_recv(channel, source, tag)
             if got is not None:
-                return got
-            if deadline is not None and time.monotonic() > deadline:
-                raise DeadlineExceededError(f"{what}: no answer in time.")
-            backoff.wait()
+                box.append(got)
+            return got is not None
 
-    def recv_into(self, channel: int, source: int, tag: int, out: Any, deadline: float | None,
-                  what: str) -> None:
+        wait_until(ready, what, on, timeout=timeout, setting=setting,
+                   pause=(pace or Backoff.for_reply()).pause, poll=0.01)
+        return box[0]
+
+    def recv_into(self, channel: int, source: int, tag: int, out: Any, what: str, on: str,
+                  timeout: float, setting: str | None = None) -> None:
         """Receive the next (source, tag) message straight into ``out`` (a writable buffer of
-        its exact size): the second message of a large payload, without a copy."""
+        its exact size): the second message of a large payload, without a copy. Bounded as
+        ``recv``."""
         raise NotImplementedError
 
-    def close(self) -> None:
-        """Finish pending sends (bounded) and release what the transport holds."""
+    def progress(self) -> None:
+        """Release the buffers of sends that have completed (called from polling loops, so a
+        large message is freed once it has left, not when many sends have piled up)."""
+
+    def unsent(self) -> list[int]:
+        """The destinations of sends not yet complete (after ``close``: abandoned)."""
+        return []
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Finish pending sends (bounded by ``timeout`` seconds, then abandoned)."""
+
+    @property
+    def owns_process(self) -> bool:
+        """Whether a rank of this transport is a whole process (MPI), not a thread."""
+        return False
 
 
 class MPITransport(Transport):
@@ -124,17 +149,22 @@ class MPITransport(Transport):
             install_abort_on_exception()
         self._comms = (world.Dup(), world.Dup())
         self._lock = threading.Lock()
-        self._pending: list[tuple[Any, Any]] = []  # (request, buffer) of Isends not yet complete
+        # (request, buffer, dest) of Isends not yet complete: the buffer stays alive until then.
+        self._pending: list[tuple[Any, Any, int]] = []
         self._status = mpi.Status()
+
+    @property
+    def owns_process(self) -> bool:
+        return True
 
     def send(self, channel: int, dest: int, tag: int, message: Any) -> Any:
         with self._lock:
+            if self._pending:
+                self._reap()
             request = self._comms[channel].Isend(message, dest, tag)
             if request.Test():
                 return None
-            self._pending.append((request, message))
-            if len(self._pending) > 64:
-                self._reap()
+            self._pending.append((request, message, dest))
             return request
 
     def sent(self, handle: Any) -> bool:
@@ -142,7 +172,16 @@ class MPITransport(Transport):
             return bool(handle.Test())
 
     def _reap(self) -> None:
-        self._pending = [(r, m) for r, m in self._pending if not r.Test()]
+        self._pending = [p for p in self._pending if not p[0].Test()]
+
+    def progress(self) -> None:
+        if self._pending:
+            with self._lock:
+                self._reap()
+
+    def unsent(self) -> list[int]:
+        with self._lock:
+            return sorted({dest for _, _, dest in self._pending})
 
     def try_recv(self, channel: int, source: int = ANY, tag: int = ANY) -> Received | None:
         mpi = self._mpi
@@ -155,32 +194,35 @@ class MPITransport(Transport):
                 return None
             buffer = bytearray(status.Get_count(mpi.BYTE))
             found_source, found_tag = status.Get_source(), status.Get_tag()
-            message.Recv(buffer)
+            message.Recv(buffer)  # wait-ok: a matched message (Improbe) is already here
         return found_source, found_tag, buffer
 
-    def recv_into(self, channel: int, source: int, tag: int, out: Any, deadline: float | None,
-                  what: str) -> None:
-        """Receive the next (source, tag) message straight into ``out`` (a writable buffer of
-        its exact size): the second message of a large payload, without a copy."""
+    def recv_into(self, channel: int, source: int, tag: int, out: Any, what: str, on: str,
+                  timeout: float, setting: str | None = None) -> None:
         with self._lock:
             request = self._comms[channel].Irecv(out, source, tag)
-        backoff = Backoff.for_reply()
-        while True:
+
+        def done() -> bool:
             with self._lock:
-                if request.Test():
-                    return
-            if deadline is not None and time.monotonic() > deadline:
-                with self._lock:
-                    request.Cancel()
-                raise DeadlineExceededError(f"{what}: the payload did not arrive in time.")
-            backoff.wait()
+                return bool(request.Test())
+
+        def expire(wait: Wait, now: float) -> Any:
+            with self._lock:
+                request.Cancel()
+            raise wait.error(now)
+
+        wait_until(done, what, on, timeout=timeout, setting=setting,
+                   pause=Backoff.for_reply().pause, poll=0.01, on_expiry=expire)
 
     def close(self, timeout: float = 5.0) -> None:
-        end = time.monotonic() + timeout
-        while self._pending and time.monotonic() < end:
-            with self._lock:
-                self._reap()
-            time.sleep(1e-4)
+        """Wait (at most ``timeout`` seconds) for pending sends to complete, then abandon the
+        rest: a send to a dead peer never completes (``unsent()`` names the peers)."""
+        try:
+            wait_until(lambda: (self.progress(), not self._pending)[1],
+                       "pending sends to complete", f"ranks {self.unsent()}", timeout=timeout,
+                       setting="the transport's close timeout")
+        except DeadlineExceededError:
+            pass  # abandoned: the caller learns to whom from unsent()
 
 
 class LocalFabric:
@@ -233,8 +275,9 @@ class LocalFabric:
         return None
 
     def wait_for_mail(self, timeout: float) -> None:
+        """One bounded pause of a ``wait_until`` (woken early by new mail)."""
         with self._cond:
-            self._cond.wait(timeout)
+            self._cond.wait(timeout)  # wait-ok: one bounded pause of wait_until
 
 
 class LocalTransport(Transport):
@@ -243,6 +286,11 @@ class LocalTransport(Transport):
     def __init__(self, fabric: LocalFabric, rank: int) -> None:
         self._fabric = fabric
         self.rank, self.size = rank, fabric.size
+
+    @property
+    def fabric(self) -> LocalFabric:
+        """The in-process cluster this simulated rank belongs to."""
+        return self._fabric
 
     def send(self, channel: int, dest: int, tag: int, message: Any) -> Any:
         if not 0 <= dest < self.size:
@@ -253,18 +301,21 @@ class LocalTransport(Transport):
     def try_recv(self, channel: int, source: int = ANY, tag: int = ANY) -> Received | None:
         return self._fabric.take(self.rank, channel, source, tag)
 
-    def recv(self, channel: int, source: int, tag: int, deadline: float | None,
-             what: str) -> Received:
-        while True:
+    def recv(self, channel: int, source: int, tag: int, what: str, on: str, timeout: float,
+             setting: str | None = None, pace: Backoff | None = None) -> Received:
+        box: list[Received] = []
+
+        def ready() -> bool:
             got = self._fabric.take(self.rank, channel, source, tag)
             if got is not None:
-                return got
-            now = time.monotonic()
-            if deadline is not None and now > deadline:
-                raise DeadlineExceededError(f"{what}: no answer in time.")
-            self._fabric.wait_for_mail(0.05 if deadline is None else min(0.05, deadline - now + 1e-3))
+                box.append(got)
+            return got is not None
 
-    def recv_into(self, channel: int, source: int, tag: int, out: Any, deadline: float | None,
-                  what: str) -> None:
-        _, _, data = self.recv(channel, source, tag, deadline, what)
+        wait_until(ready, what, on, timeout=timeout, setting=setting,
+                   pause=self._fabric.wait_for_mail)
+        return box[0]
+
+    def recv_into(self, channel: int, source: int, tag: int, out: Any, what: str, on: str,
+                  timeout: float, setting: str | None = None) -> None:
+        _, _, data = self.recv(channel, source, tag, what, on, timeout, setting)
         memoryview(out).cast("B")[:] = data

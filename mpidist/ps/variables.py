@@ -6,9 +6,17 @@ the new value; ``read_value=False`` posts the update and returns at once (the wo
 posted updates before it reports a closure done). Pickled, a PSVariable travels as its handle,
 never its value; on the receiving rank there is one object per variable, so identity (and
 dictionaries keyed by variable, like optimizer slots) survives across closures.
+
+``cache_variable_reads()`` (TF's ``distribute_utils.cache_variable_reads``, ps-design.md §2.2):
+inside its scope each variable is read from its server once; later reads in the scope return
+that value (a copy), and the scope's own writes to a variable make its next read go to the
+server again.
 """
 
+import contextlib
 import dataclasses
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,7 +27,42 @@ from mpidist.ps.wire import Op, pack_dtype
 from mpidist.types import Array, VariableAggregation, VariableSynchronization
 from mpidist.values.variables import Variable
 
-__all__ = ["VariableHandle", "PSVariable", "attach_variable", "read_variables"]
+__all__ = ["VariableHandle", "PSVariable", "attach_variable", "read_variables",
+           "cache_variable_reads"]
+
+_cache = threading.local()  # per thread: the scope's depth and {(client, var_id): value}
+
+
+@contextlib.contextmanager
+def cache_variable_reads() -> Iterator[None]:
+    """A scope in which each parameter-server variable is read from its server once (TF's
+    ``cache_variable_reads``): a step that reads the same weights several times pays one round
+    trip per variable. Values other workers write meanwhile are not seen until the scope ends
+    (or until this thread writes the variable: its own writes drop the cached value). Scopes
+    nest (the outermost owns the cache); each thread has its own. Variables of other
+    strategies are read as usual.
+
+    Example, in a scheduled function::
+
+        with mpidist.experimental.cache_variable_reads():
+            for x in batches:
+                loss += np.mean((x @ w + b) ** 2)     # w and b fetched once
+    """
+    depth = getattr(_cache, "depth", 0)
+    if depth == 0:
+        _cache.values = {}
+    _cache.depth = depth + 1
+    try:
+        yield
+    finally:
+        _cache.depth = depth
+        if depth == 0:
+            _cache.values = None
+
+
+def _read_cache() -> dict[tuple[int, int], np.ndarray] | None:
+    """The active scope's cache on this thread, or None outside ``cache_variable_reads``."""
+    return getattr(_cache, "values", None)
 
 _UPDATE_OPS = {"assign": Op.ASSIGN, "assign_add": Op.ASSIGN_ADD, "assign_sub": Op.ASSIGN_SUB}
 _SCATTER_OPS = {"scatter_add": Op.SCATTER_ADD, "scatter_sub": Op.SCATTER_SUB,
@@ -48,10 +91,11 @@ def read_variables(variables: Any) -> list[np.ndarray]:
     variables cost a few large reads instead of 100 round trips. Other variables are read the
     usual way."""
     variables = list(variables)
+    cache = _read_cache()
     groups: dict[tuple[int, int], list[PSVariable]] = {}
     for var in variables:
         for leaf in (var,) if isinstance(var, Variable) else getattr(var, "variables", (var,)):
-            if type(leaf) is PSVariable:
+            if type(leaf) is PSVariable and (cache is None or leaf._cache_key not in cache):
                 groups.setdefault((id(leaf._client), leaf._handle.ps_rank), []).append(leaf)
     pending = []
     for (_, ps_rank), group in groups.items():
@@ -60,12 +104,14 @@ def read_variables(variables: Any) -> list[np.ndarray]:
         pending.append((client, ps_rank, group, client.send(ps_rank, Op.READ_MANY, 0, ids=ids)))
     values: dict[int, np.ndarray] = {}
     for client, ps_rank, group, tag in pending:
-        raw = client.wait(ps_rank, tag, what=f"reading {len(group)} variables")
+        raw = client.reply(ps_rank, tag, what=f"reading {len(group)} variables")
         raw = raw if raw is not None else np.empty(0, np.uint8)  # all of them empty
         offset = 0
         for var in group:
             values[id(var)] = np.frombuffer(raw, var._dtype, var._size, offset).reshape(var._shape)
             offset += var._size * var._dtype.itemsize
+            if cache is not None:
+                cache[var._cache_key] = values[id(var)].copy()
 
     def value(leaf: Any) -> np.ndarray:
         got = values.get(id(leaf))
@@ -104,6 +150,7 @@ class PSVariable(Variable):
         self._distribute_strategy = strategy
         self._adopted = False
         self._known: tuple[int, np.ndarray] | None = None  # (closure, value its update returned)
+        self._cache_key = (id(client), handle.var_id)
 
     @classmethod
     def create(cls, client: PSClient, handle: VariableHandle, initial: np.ndarray,
@@ -154,10 +201,24 @@ class PSVariable(Variable):
         known = self._known
         if known is not None and known[0] == self._client.closure:
             return known[1].copy()
+        cache = _read_cache()
+        if cache is not None:
+            cached = cache.get(self._cache_key)
+            if cached is not None:
+                return cached.copy()
         handle = self._handle
         out = self._client.request(handle.ps_rank, Op.READ, handle.var_id, dtype=self._dtype,
                                    shape=self._shape, what=self._what("reading"))
-        return out if out is not None else np.empty(self._shape, self._dtype)
+        out = out if out is not None else np.empty(self._shape, self._dtype)
+        if cache is not None:
+            cache[self._cache_key] = out.copy()
+        return out
+
+    def _forget_cached(self) -> None:
+        """This thread wrote the variable: its next read in a cache scope goes to the server."""
+        cache = _read_cache()
+        if cache is not None:
+            cache.pop(self._cache_key, None)
 
     def value(self) -> Array:
         return self.current_array()
@@ -180,6 +241,7 @@ class PSVariable(Variable):
         client = self._client
         data = np.ascontiguousarray(value, dtype=self._dtype)
         self._known = None
+        self._forget_cached()
         if not read_value:
             client.send(handle.ps_rank, op, handle.var_id, ids=ids, data=data, reply=False)
             return None
@@ -221,6 +283,7 @@ class PSVariable(Variable):
 
     def _scatter(self, kind: str, sparse_delta: Any) -> "PSVariable":
         self._known = None
+        self._forget_cached()
         ids = self._row_ids(sparse_delta.indices).reshape(-1)
         values = np.asarray(sparse_delta.values)
         expected = (ids.size, *self._shape[1:])
@@ -264,5 +327,8 @@ class PSVariable(Variable):
                              f"{self._shape}.")
         ids = np.array([s.handle.var_id for s in slots], np.int64)
         self._known = None
+        self._forget_cached()
+        for slot in slots:
+            slot._forget_cached()
         self._client.send(handle.ps_rank, _OPTIMIZER_OPS[rule], handle.var_id, params=params,
                           ids=ids, data=grad, reply=False)

@@ -42,6 +42,7 @@ class Op(enum.IntEnum):
     SHUTDOWN = 15
     DELETE = 16
     READ_MANY = 17   # ids: variable ids; the reply: their values' bytes, one after another
+    PING = 18        # the chief's heartbeat to a ps (posted, no reply)
 
 
 class Request(NamedTuple):

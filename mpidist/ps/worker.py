@@ -3,8 +3,14 @@
 A closure's function arrives once (then it is cached by id); its arguments arrive with each
 call, per-worker resources (datasets, iterators) as references the worker resolves to its own
 objects. Updates a closure posted to parameter servers are fenced before its result is sent, so
-once the chief has the result every update is visible. A heartbeat thread tells the chief the
-worker is alive even while a long closure runs.
+once the chief has the result every update is visible.
+
+A watchdog thread, every ``MPIDIST_PS_HEARTBEAT_SECONDS``: tells the chief the worker is alive
+(even while a long closure runs); listens for the chief's own heartbeat, and ends the rank when
+the chief has been silent for ``MPIDIST_PS_COORDINATOR_TIMEOUT``; and fails a closure that has
+run past ``MPIDIST_PS_CLOSURE_TIMEOUT`` with DeadlineExceededError naming the function and the
+worker (the closure's thread cannot be stopped: the worker is abandoned, takes no more work, and
+leaves the process at the chief's SHUTDOWN).
 """
 
 import dataclasses
@@ -15,8 +21,10 @@ from typing import Any
 
 from mpidist.config import get_config
 from mpidist.core import nest
+from mpidist.core.waiting import Wait
 from mpidist.errors import UnavailableError
 from mpidist.logs import get_logger
+from mpidist.ps.liveness import ChiefGoneError, ChiefWatch, leave_without_finalize
 from mpidist.ps.runtime import Outcome, Tag, TaskRuntime, decode_control, send_control, send_result
 from mpidist.ps.serialization import dumps_error, dumps_payload, loads_function, pack_frames
 from mpidist.ps.sharded_variable import ShardedVariable
@@ -49,8 +57,20 @@ def num_workers() -> int:
     return getattr(_context, "num_workers", 1)
 
 
+@dataclasses.dataclass
+class _Running:
+    """The closure this worker's main thread is running, as its watchdog sees it."""
+
+    closure_id: int
+    attempt: int
+    name: str
+    wait: Wait            # its deadline (MPIDIST_PS_CLOSURE_TIMEOUT) and report
+    reported: bool = False
+
+
 class WorkerLoop:
-    """Serves one worker task until the chief's SHUTDOWN."""
+    """Serves one worker task until the chief's SHUTDOWN (or until the chief is gone:
+    ChiefGoneError)."""
 
     def __init__(self, runtime: TaskRuntime, strategy: Any) -> None:
         self._runtime = runtime
@@ -61,53 +81,132 @@ class WorkerLoop:
         self._closures_started = 0
         self._task_id = runtime.roles.task_id
         self._chief = runtime.roles.chief_rank
-        self._stop_heartbeats = threading.Event()
+        self._stop_watchdog = threading.Event()
+        self._watch = ChiefWatch(runtime.roles)
+        self._lock = threading.Lock()
+        self._running: _Running | None = None
+        self._gone: ChiefGoneError | None = None  # set by the watchdog (in-process clusters)
+        self._abandoned = False  # a closure ran past its deadline: no more work runs here
+        self.finalize = True  # False when the chief's SHUTDOWN says a rank of the job is lost
 
     def serve(self) -> None:
         transport = self._runtime.transport
         send_control(transport, self._chief, Tag.HELLO, (self._task_id, self._local_gpus()))
-        heartbeat = threading.Thread(target=self._heartbeats, daemon=True,
-                                     name=f"mpidist-heartbeat-{self._task_id}")
-        heartbeat.start()
+        watchdog = threading.Thread(target=self._watchdog, daemon=True,
+                                    name=f"mpidist-worker-watchdog-{self._task_id}")
+        watchdog.start()
         backoff = Backoff()
         try:
-            while True:
+            while True:  # the job's lifetime: it ends at SHUTDOWN, or when the chief is gone
                 got = transport.try_recv(CTRL, self._chief, ANY)
                 if got is None:
-                    backoff.wait()
+                    if self._gone is not None:
+                        raise self._gone
+                    backoff.pause()
                     continue
                 backoff.reset()
+                self._watch.heard()
                 _, tag, buffer = got
                 if tag == Tag.SHUTDOWN:
+                    self._on_shutdown(buffer)
                     return
-                if tag == Tag.WORK:
+                if tag == Tag.WORK and not self._abandoned:
                     if self._runtime.faults.worker_hangs(self._task_id, self._closures_done):
                         self._hang()
                         return
                     self._run(decode_control(buffer))
         finally:
-            self._stop_heartbeats.set()
+            self._stop_watchdog.set()
             send_control(transport, self._chief, Tag.BYE, self._task_id)
+
+    def _on_shutdown(self, buffer: Any) -> None:
+        word = decode_control(buffer)
+        if isinstance(word, dict) and not word.get("finalize", True):
+            self.finalize = False
 
     def _local_gpus(self) -> int:
         counts = self._runtime.resolver.num_accelerators()
         return int(counts.get("GPU", 0)) if isinstance(counts, dict) else 0
 
-    def _heartbeats(self) -> None:
+    # -- the watchdog thread ---------------------------------------------------------------------
+    def _watchdog(self) -> None:
         interval = get_config().ps_heartbeat_seconds
-        while not self._stop_heartbeats.wait(interval):
-            send_control(self._runtime.transport, self._chief, Tag.HEARTBEAT, self._task_id)
-
-    def _hang(self) -> None:
-        """Injected fault: stop heartbeats and answers until the chief shuts the job down."""
-        log.warning("%s: injected fault: hanging", self._runtime.where)
-        self._stop_heartbeats.set()
         transport = self._runtime.transport
-        while True:
+        while not self._stop_watchdog.wait(interval):  # wait-ok: the heartbeat period
+            send_control(transport, self._chief, Tag.HEARTBEAT, self._task_id)
+            # Only the chief's heartbeats: the main thread takes every other message.
+            while transport.try_recv(CTRL, self._chief, Tag.HEARTBEAT) is not None:
+                self._watch.heard()
+            transport.progress()
+            self._check_closure()
+            try:
+                self._watch.check()
+            except ChiefGoneError as gone:
+                if transport.owns_process:  # the main thread may be inside a closure: leave now
+                    leave_without_finalize(1, str(gone))
+                self._gone = gone
+                return
+
+    def _check_closure(self) -> None:
+        """Fail the running closure past its deadline (once): the chief gets a STUCK result
+        naming the function and this worker, and sends no more work here."""
+        with self._lock:
+            running = self._running
+            if running is None or running.reported or time.monotonic() < running.wait.deadline:
+                return
+            running.reported = True
+            self._abandoned = True
+        error = running.wait.error()
+        error.args = (f"The scheduled function {running.name!r} (closure {running.closure_id}) "
+                      f"did not return: {error.args[0]} {self._runtime.where} is abandoned: it "
+                      "runs no more functions and leaves the job at its end.",)
+        log.warning("%s", error)
+        send_result(self._runtime.transport, self._chief, running.closure_id, running.attempt,
+                    Outcome.STUCK, dumps_error(error, self._runtime.where))
+        if self._runtime.transport.owns_process:
+            threading.Thread(target=self._leave_at_shutdown, daemon=True,
+                             name=f"mpidist-worker-abandoned-{self._task_id}").start()
+
+    def _leave_at_shutdown(self) -> None:
+        """An abandoned worker (its main thread stuck in a closure) leaves the process at the
+        chief's SHUTDOWN, or when the chief is gone."""
+        transport = self._runtime.transport
+        shutdown: list[Any] = []
+
+        def ready() -> bool:
             got = transport.try_recv(CTRL, self._chief, Tag.SHUTDOWN)
             if got is not None:
-                return
-            time.sleep(0.01)
+                shutdown.append(got)
+            return bool(shutdown)
+
+        try:
+            self._watch.until(ready, "the chief's SHUTDOWN (an abandoned worker)", poll=0.05)
+        except ChiefGoneError as gone:
+            leave_without_finalize(1, str(gone))
+        send_control(transport, self._chief, Tag.BYE, self._task_id)
+        transport.close(1.0)
+        leave_without_finalize(1, f"{self._runtime.where} was abandoned with a scheduled "
+                                  "function still running (MPIDIST_PS_CLOSURE_TIMEOUT): it leaves "
+                                  "with exit code 1.")
+
+    def _hang(self) -> None:
+        """Injected fault: stop heartbeats and answers until the chief shuts the job down (or
+        is gone)."""
+        log.warning("%s: injected fault: hanging", self._runtime.where)
+        self._stop_watchdog.set()
+        transport = self._runtime.transport
+
+        def shutdown() -> bool:
+            got = transport.try_recv(CTRL, self._chief, ANY)
+            if got is None:
+                return False
+            self._watch.heard()
+            if got[1] == Tag.SHUTDOWN:
+                self._on_shutdown(got[2])
+                return True
+            return False
+
+        self._watch.until(shutdown, "the chief's SHUTDOWN (an injected hang)", poll=0.01)
 
     def _function(self, fn_id: int, payload: bytes | None) -> Any:
         if payload is not None:
@@ -126,6 +225,11 @@ class WorkerLoop:
         runtime.client.closure = self._closures_started
         try:
             fn = self._function(fn_id, payload)
+            with self._lock:
+                self._running = _Running(closure_id, attempt, _function_name(fn), Wait(
+                    f"the scheduled function {_function_name(fn)!r} (closure {closure_id}) to "
+                    "return", runtime.where, get_config().ps_closure_timeout,
+                    setting="MPIDIST_PS_CLOSURE_TIMEOUT"))
             args, kwargs = nest.map_structure(self._resolve, (tuple(args), dict(kwargs)))
             extended.in_dataset_fn = is_dataset_fn
             try:
@@ -144,7 +248,11 @@ class WorkerLoop:
             except Exception:  # noqa: BLE001 - the closure's own error is the one reported
                 pass
             outcome = (Outcome.ERROR, dumps_error(exc, runtime.where))
+        with self._lock:
+            running, self._running = self._running, None
         runtime.client.closure = 0
+        if running is not None and running.reported:
+            return  # failed by the watchdog already: the chief has moved on
         fault = runtime.faults.for_closure(closure_id, attempt)
         if fault is not None:
             outcome = self._inject(fault, closure_id)
@@ -177,3 +285,9 @@ class WorkerLoop:
         error = UnavailableError(f"{where} was preempted while running closure {closure_id} "
                                  "(injected by MPIDIST_PS_FAULTS)")
         return Outcome.PREEMPTED, dumps_error(error, where)
+
+
+def _function_name(fn: Any) -> str:
+    """The user's name of a scheduled function (an ``@mpidist.function`` or a plain one)."""
+    inner = getattr(fn, "python_function", None) or getattr(fn, "__wrapped__", None) or fn
+    return getattr(inner, "__qualname__", None) or getattr(inner, "__name__", None) or repr(fn)

@@ -174,11 +174,15 @@ def test_a_silent_parameter_server_is_fatal_and_named(monkeypatch):
             coordinator.join()
         assert time.monotonic() - start < 5.0
         assert isinstance(info.value, UnavailableError)
-        assert str(info.value) == message
+        # The message, then the wait's report: what, on whom, since when.
+        assert str(info.value).startswith(message), str(info.value)
+        assert re.search(r"\[.*waited 0\.\d s for the reply to updating variable 'b' on "
+                         r"parameter server /job:ps/replica:0/task:1 \(rank 2\) \(since "
+                         r"\d\d:\d\d:\d\d\)", str(info.value)), str(info.value)
         for call in (coordinator.join, coordinator.done, lambda: coordinator.schedule(step)):
             with pytest.raises(PSUnavailableError) as again:
                 call()
-            assert str(again.value) == message
+            assert str(again.value) == str(info.value)
         with pytest.raises(PSUnavailableError):
             results[0].fetch()
         assert 1.0 < float(a.numpy()) <= 4.0  # ps 0 still answers the chief

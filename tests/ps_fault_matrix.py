@@ -1,0 +1,279 @@
+"""The parameter-server real-fault matrix: one ParameterServerStrategy job (chief + 1 ps + 2
+workers) in which one task really dies, under each placement and clean-up mode, with the MPI
+library's defaults (tests/ps_programs/real_fault_job.py is the job).
+
+A scenario is ``(launcher, nodes, cleanup, victim, how)``:
+
+- launcher: ``mpiexec`` (Hydra, the mpich wheel's) or ``run`` (``mpidist run``);
+- nodes: 1 (``mpiexec -n 4``) or 2 simulated nodes (``-launcher fork -hosts n0,n1 -ppn 2``: the
+  chief and the ps on n0, the workers on n1);
+- cleanup: ``auto`` (Hydra's default: a death ends the job) or ``disabled``
+  (``-disable-auto-cleanup``: the survivors keep running);
+- victim: ``worker`` (worker 1, rank 3), ``ps`` (rank 1) or ``chief`` (rank 0);
+- how: ``SIGKILL``, ``SIGSEGV`` (a real segmentation fault) or ``exit3`` (``os._exit(3)``).
+
+Nothing forces a transport (no ``MPIR_CVAR_CH4_NETMOD``, ``FI_PROVIDER``, ``UCX_*``): the job
+runs on the wheel's default netmod, as a user's does. Deadlines are shortened so a scenario
+takes seconds (``DEADLINES``); the documented defaults behave the same, later.
+
+What every scenario must do (``verdict``): end by itself within the timeout, leave no process
+behind, exit non-zero, and say which task died: Hydra's block (``RANK 3 PID ... KILLED BY
+SIGNAL: 9`` / ``EXIT CODE: 3``), mpidist's guard (``mpidist run``) or mpidist's report (a
+failed worker, an unavailable ps, a chief that is gone); plain Hydra's exit string, which names
+no rank, only where Hydra ends the job at once. Where the job survives the death (a worker,
+under ``-disable-auto-cleanup``: ``survivable``), the chief also reaches the end with every
+closure's result.
+
+``python tests/ps_fault_matrix.py [--jobs J] [--timeout S] [--only TEXT] [--show]`` prints the
+table.
+"""
+
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import NamedTuple
+
+PROGRAM = Path(__file__).parent / "ps_programs" / "real_fault_job.py"
+NPROCS = 4
+LAUNCHERS = ("mpiexec", "run")
+NODES = (1, 2)
+CLEANUPS = ("auto", "disabled")
+VICTIMS = ("worker", "ps", "chief")
+HOWS = ("SIGKILL", "SIGSEGV", "exit3")
+RANKS = {"chief": 0, "ps": 1, "worker": 3}
+SIGNALS = {"SIGKILL": 9, "SIGSEGV": 11}
+CLOSURES = 30
+DEADLINES = {"MPIDIST_PS_HEARTBEAT_SECONDS": "0.2", "MPIDIST_PS_TIMEOUT": "3",
+             "MPIDIST_PS_COORDINATOR_TIMEOUT": "3"}
+ENV = {"HYDRA_IFACE": "lo", **DEADLINES}  # the launcher's own sockets; nothing about MPI's transport
+TRANSPORT_VARIABLES = ("MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER", "FI_TCP_IFACE", "UCX_TLS",
+                       "UCX_NET_DEVICES")
+
+
+class Scenario(NamedTuple):
+    launcher: str
+    nodes: int
+    cleanup: str
+    victim: str
+    how: str
+
+    def __str__(self):
+        return f"{self.launcher}-{self.nodes}node-{self.cleanup}-{self.victim}-{self.how}"
+
+
+class Outcome(NamedTuple):
+    ended: bool        # by itself, within the timeout
+    code: int | None   # the launcher's exit code (None: killed after the timeout)
+    seconds: float
+    output: str
+    leftovers: list    # command lines of the job's processes still alive after it ended
+    command: list
+
+
+def all_scenarios():
+    return [Scenario(*values) for values in
+            itertools.product(LAUNCHERS, NODES, CLEANUPS, VICTIMS, HOWS)]
+
+
+# A representative subset for CI (each launcher, placement, clean-up mode, victim and death at
+# least once; the survivable and the fatal deaths under both clean-up modes).
+CI_SCENARIOS = [
+    Scenario("mpiexec", 1, "disabled", "worker", "SIGKILL"),
+    Scenario("mpiexec", 2, "disabled", "worker", "exit3"),
+    Scenario("run", 2, "disabled", "worker", "SIGSEGV"),
+    Scenario("mpiexec", 2, "auto", "worker", "SIGKILL"),
+    Scenario("mpiexec", 1, "disabled", "ps", "SIGSEGV"),
+    Scenario("run", 2, "disabled", "ps", "SIGKILL"),
+    Scenario("mpiexec", 1, "auto", "ps", "exit3"),
+    Scenario("mpiexec", 1, "disabled", "chief", "exit3"),
+    Scenario("mpiexec", 2, "disabled", "chief", "SIGKILL"),
+    Scenario("run", 1, "auto", "chief", "SIGSEGV"),
+]
+
+
+def hydra():
+    """The mpich wheel's Hydra mpiexec (next to this interpreter), else the one on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec.hydra"
+    if beside.exists():
+        return str(beside)
+    import shutil
+
+    return shutil.which("mpiexec.hydra") or shutil.which("mpiexec")
+
+
+def command_of(scenario, marker):
+    """The argv that starts ``scenario``; ``marker`` (a unique word on every rank's command
+    line) finds the job's processes afterwards."""
+    options = []
+    if scenario.nodes > 1:
+        options += ["-launcher", "fork", "-hosts", ",".join(f"n{i}" for i in range(scenario.nodes)),
+                    "-ppn", str(NPROCS // scenario.nodes)]
+    if scenario.cleanup == "disabled":
+        options.append("-disable-auto-cleanup")
+    options += ["-n", str(NPROCS)]
+    program = [sys.executable, str(PROGRAM), scenario.victim, scenario.how, str(CLOSURES), marker]
+    if scenario.launcher == "mpiexec":
+        return [hydra(), *options, *program]
+    return [sys.executable, "-m", "mpidist", "run", "--mpiexec", hydra(), *options, "--",
+            *program]
+
+
+def names_the_death(out, scenario):
+    """Whether ``out`` says which task died: Hydra's block naming the victim's rank and its
+    signal or exit code, mpidist's guard report, or mpidist's parameter-server report (a failed
+    worker, an unavailable ps, a chief that is gone)."""
+    rank = RANKS[scenario.victim]
+    if scenario.how in SIGNALS:
+        hydra_how = rf"KILLED BY SIGNAL: {SIGNALS[scenario.how]}\b"
+        guard_how = rf"was killed by {scenario.how}"
+    else:
+        hydra_how, guard_how = r"EXIT CODE: 3\b", r"exited with status 3\b"
+    if re.search(rf"RANK {rank} PID \d+ RUNNING AT \S+\n=\s+{hydra_how}", out):
+        return True
+    if re.search(rf"mpidist: rank {rank} of {NPROCS} \(pid \d+ on \S+\) {guard_how}", out):
+        return True
+    # mpidist's reports of what the survivors saw: a failed worker, an unavailable ps, a chief
+    # that is gone. On two nodes Hydra may end the victim's node only (the chief with the ps),
+    # and the other node's ranks then report the chief gone: the report names what they saw.
+    if re.search(r"/job:worker/replica:0/task:\d \(rank \d\) failed|parameter server "
+                 r"/job:ps/replica:0/task:0 \(rank 1\)|the chief /job:chief/replica:0/task:0 "
+                 r"\(rank 0\) is gone", out):
+        return True
+    # Hydra's own report when it ends the job (it names no rank: "BAD TERMINATION ... EXIT
+    # CODE: 9" of a rank it killed, or "EXIT STRING: Segmentation fault (signal 11)"):
+    # accepted only where the launcher ends the job at once, so nothing of mpidist runs.
+    return survivable(scenario) is False and scenario.launcher == "mpiexec" and re.search(
+        r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES|YOUR APPLICATION TERMINATED "
+        r"WITH THE EXIT STRING", out) is not None
+
+
+def survivable(scenario):
+    """Whether the other ranks outlive the victim: Hydra ends the whole job at once when a
+    rank dies, unless ``-disable-auto-cleanup``; even then it ends it when a rank is killed by
+    a signal (measured with the mpich wheel), except under ``mpidist run``, whose guard turns
+    the signal into an exit code."""
+    return scenario.cleanup == "disabled" and (scenario.how == "exit3" or scenario.launcher == "run")
+
+
+def survived(out):
+    """The chief's REPORT when it reached the end with every closure's result, else None."""
+    found = re.findall(r"^REPORT (\{.*\})$", out, flags=re.MULTILINE)
+    if len(found) != 1:
+        return None
+    report = json.loads(found[0])
+    if [r[0] for r in report["results"]] != list(range(1, CLOSURES + 1)):
+        return None
+    return report
+
+
+def job_processes(marker):
+    """``[(pid, command line)]`` of live processes whose command line holds ``marker``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            words = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in words and int(proc.name) != os.getpid():
+            found.append((int(proc.name), b" ".join(words).decode(errors="replace").strip()))
+    return found
+
+
+def run_scenario(scenario, timeout=60.0, grace=3.0, extra_env=None):
+    """Run ``scenario`` once; an ``Outcome``. A job still running after ``timeout`` seconds is
+    killed (its process group and every process carrying its marker)."""
+    marker = f"psfault-{uuid.uuid4().hex[:12]}"
+    cmd = command_of(scenario, marker)
+    env = {k: v for k, v in os.environ.items() if k not in TRANSPORT_VARIABLES}
+    env.update(ENV)
+    env.update(extra_env or {})
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", env=env, start_new_session=True,
+                            cwd=str(PROGRAM.parent))
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        ended, code = True, proc.returncode
+    except subprocess.TimeoutExpired:
+        ended, code = False, None
+        _kill(proc.pid, marker)
+        out, _ = proc.communicate()
+    seconds = time.monotonic() - start
+    deadline = time.monotonic() + grace  # processes told to go may take a moment
+    while True:
+        leftovers = job_processes(marker)
+        if not leftovers or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if leftovers:
+        _kill(None, marker)
+    return Outcome(ended, code, seconds, out, leftovers, cmd)
+
+
+def _kill(group, marker):
+    if group is not None:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid, _ in job_processes(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def verdict(scenario, outcome):
+    """``ok``, or what went wrong: ``HANG``, ``exit 0``, ``no report``, ``left N``,
+    ``not finished`` (a survivable death the chief did not get past)."""
+    if not outcome.ended:
+        return "HANG"
+    problems = []
+    if outcome.code == 0:
+        problems.append("exit 0")
+    if not names_the_death(outcome.output, scenario):
+        problems.append("no report")
+    if outcome.leftovers:
+        problems.append(f"left {len(outcome.leftovers)}")
+    if scenario.victim == "worker" and survivable(scenario) and survived(outcome.output) is None:
+        problems.append("not finished")
+    return ", ".join(problems) or "ok"
+
+
+def main(argv):
+    import argparse
+    from concurrent.futures import ThreadPoolExecutor
+
+    parser = argparse.ArgumentParser(description="Run the PS real-fault matrix; print a table.")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--only", default="", help="substring of the scenario names to run")
+    parser.add_argument("--ci", action="store_true", help="only the CI subset")
+    parser.add_argument("--show", action="store_true", help="print the output of failures")
+    args = parser.parse_args(argv)
+    scenarios = CI_SCENARIOS if args.ci else all_scenarios()
+    scenarios = [s for s in scenarios if args.only in str(s)]
+    print("| launcher | nodes | cleanup | victim | how | result | exit | seconds |")
+    print("|---|---|---|---|---|---|---|---|")
+    bad = 0
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for s, o in zip(scenarios, pool.map(lambda s: run_scenario(s, args.timeout), scenarios)):
+            v = verdict(s, o)
+            bad += v != "ok"
+            print(f"| {s.launcher} | {s.nodes} | {s.cleanup} | {s.victim} | {s.how} | {v} | "
+                  f"{o.code} | {o.seconds:.1f} |", flush=True)
+            if args.show and v != "ok":
+                print(" ".join(o.command), "\n", o.output[-3000:], o.leftovers, flush=True)
+    print(f"{len(scenarios) - bad} of {len(scenarios)} ok")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
