@@ -27,6 +27,7 @@ from mpidist.comm.collective_call import CollectiveCall, dtype_name
 from mpidist.comm.collective_guard import CollectiveGuard
 from mpidist.comm.gather import all_gather_bytes, all_gather_varying
 from mpidist.comm.mpi import abort_job, check_launch, install_abort_on_exception, mpi_module
+from mpidist.comm.peer_watch import watch_peers
 from mpidist.comm.shared_memory import SharedMemoryAllReduce
 from mpidist.comm.topology import Topology
 from mpidist.config import get_config
@@ -119,6 +120,9 @@ class Communicator:
                  "on" if self.check_collectives else "off")
         if self.size > 1:
             install_abort_on_exception()
+        # A rank that dies ends the job at once (comm/peer_watch.py); its goodbye at exit is
+        # registered first, so it runs after the exit meeting below.
+        self._peers = watch_peers(self._control, self.hosts)
         atexit.register(self._at_exit)
 
     @property

@@ -21,13 +21,14 @@ from mpidist.config import get_config
 from mpidist.launcher_env import Announced, Environ, announced_size, process_manager_agrees
 
 __all__ = ["mpi_module", "THREAD_LEVELS", "check_launch", "launcher_world_size", "install_abort_on_exception",
-           "abort_job", "rank_label"]
+           "abort_job", "rank_label", "ABORT_BACKSTOP_SECONDS"]
 
 # mpi4py's names of MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE, lowest first.
 THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 
 _lock = threading.Lock()
 _hook_installed = False
+ABORT_BACKSTOP_SECONDS = 10.0  # abort_job exits by itself if MPI_Abort has not ended it by then
 
 
 def _request_thread_level() -> None:
@@ -130,6 +131,11 @@ def abort_job(message: str, code: int = 1) -> NoReturn:
     time.sleep(0.2)  # launchers forward output asynchronously; MPI_Abort would cut it short
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        # A wedged MPI library (MPI_Abort called while another thread is inside MPI) must not
+        # keep this rank alive: it leaves by itself after a while.
+        backstop = threading.Timer(ABORT_BACKSTOP_SECONDS, os._exit, (code,))
+        backstop.daemon = True
+        backstop.start()
         mpi.COMM_WORLD.Abort(code)
     os._exit(code)
 

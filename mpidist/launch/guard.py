@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 from mpidist.comm.rank_state import ENV_VARIABLE, create_state_file, read_state_file
 from mpidist.launch.deaths import claim_first_death
@@ -31,17 +32,24 @@ from mpidist.launcher_env import announced_size, launcher_rank
 
 __all__ = ["main", "run_guarded"]
 
-USAGE = ("usage: python -m mpidist.guard [--report-dir DIR] [--] PROGRAM [ARGS...]\n"
-         "  e.g. srun --mpi=pmi2 -n 4 python -m mpidist.guard -- python train.py\n")
+USAGE = ("usage: python -m mpidist.guard [--report-dir DIR] [--survivable] [--] PROGRAM "
+         "[ARGS...]\n"
+         "  e.g. srun --mpi=pmi2 -n 4 python -m mpidist.guard -- python train.py\n"
+         "  --survivable: the launcher keeps the other ranks running when one dies (Hydra's\n"
+         "    -disable-auto-cleanup): end with 128 + the signal instead of the signal, since\n"
+         "    Hydra kills the other ranks of a node where a rank was killed by a signal\n")
 _PR_SET_PDEATHSIG = 1
 
 
 def main(argv=None):
     """Entry point of ``python -m mpidist.guard``: returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    report_dir = None
-    if argv[:1] == ["--report-dir"]:  # set by `mpidist run`, which reads it after the job
-        if len(argv) < 2:
+    report_dir, survivable = None, False
+    while argv[:1] in (["--report-dir"], ["--survivable"]):
+        if argv[0] == "--survivable":
+            survivable, argv = True, argv[1:]
+            continue
+        if len(argv) < 2:  # set by `mpidist run`, which reads it after the job
             sys.stderr.write("mpidist.guard: --report-dir needs a directory\n" + USAGE)
             return 2
         report_dir, argv = argv[1], argv[2:]
@@ -50,11 +58,40 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help"):
         sys.stderr.write(USAGE)
         return 0 if argv else 2
-    return run_guarded(argv, report_dir)
+    return run_guarded(argv, report_dir, die_like_program=not survivable)
 
 
-def run_guarded(command, report_dir=None):
-    """Run ``command`` (a list) as the guarded program; its exit code, or 128 + signal."""
+def run_guarded(command, report_dir=None, die_like_program=False):
+    """Run ``command`` (a list) as the guarded program; its exit code, or 128 + signal. With
+    ``die_like_program``, a program killed by a signal kills the guard with the same signal
+    (after the report) instead of returning."""
+    returncode = _run_and_report(command, report_dir)
+    if returncode < 0 and die_like_program:
+        die_by_signal(-returncode)
+    return exit_code_of(returncode)
+
+
+def die_by_signal(number):
+    """End this process by signal ``number``, as a process without a handler for it would (no
+    core file: the program's own, if any, is the one to read). Returns only if the signal
+    does not end a process by default."""
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, ValueError, OSError):
+        pass
+    try:
+        signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
+    except (OSError, ValueError):
+        return
+    os.kill(os.getpid(), number)
+    time.sleep(1)  # delivery is immediate for an unblocked signal; this is only a margin
+
+
+def _run_and_report(command, report_dir):
+    """Run the guarded program; its ``subprocess`` returncode (negative: killed by a signal)."""
     path, fd = _state_file()
     try:
         env = dict(os.environ)
@@ -69,10 +106,10 @@ def run_guarded(command, report_dir=None):
                    f"program as it would run without the guard, e.g. `python train.py`.\n")
             return code
         received = forward_signals(child)
-        returncode = child.wait()
+        returncode = child.wait()  # wait-ok: the guard lives exactly as long as its program
         if returncode != 0 and not received:  # after a forwarded signal the launcher speaks
             _report(returncode, read_state_file(path), child.pid, command, report_dir)
-        return exit_code_of(returncode)
+        return returncode
     finally:
         os.close(fd)
         if not path.startswith("/proc/"):

@@ -21,9 +21,16 @@ from mpidist.launch.report import exit_code_of
 from mpidist.launch.signals import forward_signals
 from mpidist.launcher_env import in_slurm_allocation
 
-__all__ = ["main", "build_command", "find_mpiexec"]
+__all__ = ["main", "build_command", "find_mpiexec", "split_arguments", "OWN_OPTIONS"]
 
 USAGE_EXAMPLE = "mpidist run -n 4 -- python train.py --epochs 3"
+
+
+SURVIVABLE_OPTION = "-disable-auto-cleanup"  # Hydra: the other ranks outlive a dead one
+# mpidist run's own options, each with whether it takes a value; every other word before the
+# `--` is the launcher's.
+OWN_OPTIONS = {"-n": True, "-np": True, "--nprocs": True, "--launcher": True, "--mpiexec": True,
+               "--dry-run": False, "-h": False, "--help": False}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,12 +42,13 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser():
     parser = _Parser(
-        prog="mpidist run", usage="mpidist run [-n N] [--launcher {auto,mpiexec,srun}] "
+        prog="mpidist run", allow_abbrev=False, usage="mpidist run [-n N] [--launcher {auto,mpiexec,srun}] "
         "[--mpiexec PATH] [--dry-run] [LAUNCHER OPTIONS] -- PROGRAM [ARGS...]",
         description="Start PROGRAM on N MPI ranks, each under a guard (python -m mpidist.guard) "
                     "that prints a report naming the rank, host, pid, exit status or signal and "
-                    "last collective if the rank dies. Options that mpidist run does not know "
-                    "(before the --) go to the launcher unchanged.",
+                    "last collective if the rank dies. Every other option before the -- goes "
+                    "to the launcher unchanged, in order: Hydra's -hosts, -ppn, -launcher, "
+                    "-disable-auto-cleanup, -genv ..., srun's --mpi=..., ...",
         epilog=f"example: {USAGE_EXAMPLE}")
     parser.add_argument("-n", "-np", "--nprocs", type=_positive_int, metavar="N", dest="nprocs",
                         help="number of ranks (default: the launcher's, e.g. the Slurm "
@@ -76,7 +84,11 @@ def build_command(args, launcher_options, program, report_dir, environ=None):
     if launcher == "auto":
         in_slurm = in_slurm_allocation(environ)
         launcher = "srun" if in_slurm and shutil.which("srun") else "mpiexec"
-    guard = [sys.executable, "-m", "mpidist.guard", "--report-dir", report_dir, "--", *program]
+    # Under Hydra's fault-tolerant mode the guard must not die by its program's signal: the
+    # proxy would kill the node's other ranks (mpidist.launch.guard).
+    survivable = ["--survivable"] if SURVIVABLE_OPTION in launcher_options else []
+    guard = [sys.executable, "-m", "mpidist.guard", "--report-dir", report_dir, *survivable, "--",
+             *program]
     count = [] if args.nprocs is None else ["-n", str(args.nprocs)]
     if launcher == "srun":
         srun = shutil.which("srun")
@@ -97,19 +109,44 @@ def build_command(args, launcher_options, program, report_dir, environ=None):
     return [mpiexec, *count, *launcher_options, *guard]
 
 
+def split_arguments(argv):
+    """``(own, launcher_options)``: the words before the ``--`` that are ``mpidist run``'s own
+    options (:data:`OWN_OPTIONS`, matched exactly, never by prefix), and every other word, in
+    order, for the launcher.
+
+    argparse alone would misread the launcher's options: it takes Hydra's single-dash long
+    options apart (``-hosts`` as ``-h osts``, ``-nameserver`` as ``-n ameserver``) and
+    completes prefixes (srun's ``--mpi=pmi2`` as ``--mpiexec=pmi2``).
+    """
+    own, launcher_options = [], []
+    words = iter(argv)
+    for word in words:
+        name = word.split("=", 1)[0] if word.startswith("--") else word
+        if name not in OWN_OPTIONS:
+            launcher_options.append(word)
+            continue
+        own.append(word)
+        if OWN_OPTIONS[name] and "=" not in word:  # the option's value is the next word
+            value = next(words, None)
+            if value is not None:
+                own.append(value)
+    return own, launcher_options
+
+
 def main(argv):
     """``mpidist run``: runs the launcher in place of this process (returns only on errors,
     or with ``--dry-run``)."""
     argv = list(argv)
     parser = build_parser()
-    if "--" not in argv:
-        if any(a in ("-h", "--help") for a in argv):
-            parser.print_help()
-            return 0
+    split = argv.index("--") if "--" in argv else len(argv)
+    own, launcher_options = split_arguments(argv[:split])
+    if any(word in ("-h", "--help") for word in own):
+        parser.print_help()
+        return 0
+    if split == len(argv):
         parser.error(f"put the program after '--', e.g. `{USAGE_EXAMPLE}`")
-    split = argv.index("--")
     program = argv[split + 1:]
-    args, launcher_options = parser.parse_known_args(argv[:split])
+    args = parser.parse_args(own)
     if not program:
         parser.error(f"no program after '--', e.g. `{USAGE_EXAMPLE}`")
     if os.sep not in program[0] and shutil.which(program[0]) is None:
@@ -129,7 +166,7 @@ def main(argv):
             sys.stderr.write(f"mpidist run: error: cannot run {command[0]!r}: {err.strerror}\n")
             return 1
         forward_signals(launcher)
-        returncode = launcher.wait()
+        returncode = launcher.wait()  # wait-ok: mpidist run lasts as long as its job
         first = first_death(report_dir)
     if first is None:
         return exit_code_of(returncode)

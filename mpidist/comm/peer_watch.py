@@ -1,0 +1,284 @@
+"""Noticing a dead peer at once: a rank that dies (SIGKILL, a segfault, ``os._exit``) ends the
+whole collective job within seconds, with a report naming it, instead of leaving the other
+ranks waiting for it in a collective.
+
+Why a mechanism of our own: MPI tells the survivors nothing. MPICH's blocking and non-blocking
+collectives wait for a dead peer forever (its SIGUSR1 failure notice under Hydra's
+``-disable-auto-cleanup`` only counts deaths), and Hydra itself ends the other nodes' ranks only
+when a rank was killed by a signal: after an exit code (``os._exit(3)``), or in the
+fault-tolerant mode, the survivors wait. Only the collective deadline would end them, minutes
+later.
+
+The mechanism: each Communicator of several ranks keeps one TCP connection from every rank to
+its rank 0 (a star; set up once, at construction, with one broadcast of rank 0's address). The
+kernel closes a process's sockets however the process ends, so rank 0 reads end-of-file from a
+rank that died and every rank reads it from a rank 0 that died; no heartbeat, no polling, no
+cost on the collectives. A rank that leaves normally says goodbye first (at exit, after the
+communicator's exit meeting), so only an end without goodbye counts as a death. After a short
+grace (the launcher often ends the job itself meanwhile, and its report is the fuller one), the
+rank that noticed ends the job with ``abort_job`` (MPI_Abort: every rank, every node, whatever
+the launcher's clean-up mode), naming the dead rank, its pid and its host.
+
+Only collective jobs watch: a parameter-server job, which survives a dead worker, makes no
+Communicator. ``MPIDIST_PEER_WATCH=0`` turns the watch off (the collective deadline then ends
+the survivors).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import secrets
+import selectors
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+from mpidist.comm.mpi import abort_job
+from mpidist.logs import get_logger
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+__all__ = ["PeerWatch", "Peer", "watch_peers", "GRACE_SECONDS", "ENV_VARIABLE"]
+
+log = get_logger("mpidist.comm")
+
+ENV_VARIABLE = "MPIDIST_PEER_WATCH"
+GRACE_SECONDS = 1.0  # after a death, before ending the job: the launcher's clean-up comes first
+_LATER_SPOKE_SECONDS = 2.0  # a dead rank 0: rank 1 reports, the others only if it could not
+_CONNECT_SECONDS = 5.0
+_HELLO = b"mpidist-peer-watch"
+_BYE = b"bye\n"
+
+
+class Peer(NamedTuple):
+    """A rank as the watch names it in a report."""
+
+    rank: int
+    pid: int
+    host: str
+
+    def describe(self, size: int) -> str:
+        return f"rank {self.rank} of {size} (pid {self.pid} on {self.host})"
+
+
+def watch_peers(comm: MPI.Comm, hosts: list[str] | None = None) -> PeerWatch | None:
+    """Start watching the ranks of ``comm`` (collective over it: every rank calls it once, right
+    after the communicator is built); None when alone, when ``MPIDIST_PEER_WATCH=0``, or when no
+    connection could be made (a warning says why; the collective deadline remains).
+
+    The watch says goodbye by itself at exit (an ``atexit`` handler registered now, so it runs
+    after those registered later, such as the communicator's exit meeting)."""
+    if comm.Get_size() == 1 or os.environ.get(ENV_VARIABLE, "1").strip() in ("0", "off", "no"):
+        return None
+    watch = PeerWatch(comm, hosts)
+    if not watch.start():
+        return None
+    atexit.register(watch.close)
+    return watch
+
+
+class PeerWatch:
+    """The watch of one communicator's ranks: rank 0 holds a connection from every other rank.
+
+    Args:
+        comm: The communicator whose ranks are watched (its construction just completed on
+            every rank, so the one broadcast here cannot wait for a missing rank).
+        hosts: The host of every rank, for reports (default: each rank's ``gethostname``).
+
+    Attributes:
+        rank, size: This rank and the communicator's size.
+        lost: The Peer whose death this rank noticed, or None.
+    """
+
+    def __init__(self, comm: MPI.Comm, hosts: list[str] | None = None) -> None:
+        self._comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self._hosts = hosts
+        self._closing = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._thread: threading.Thread | None = None
+        self.lost: Peer | None = None
+        os.register_at_fork(after_in_child=self._forget_in_child)
+
+    # -- set-up --------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Connect (collective); whether this rank is watched."""
+        token = secrets.token_hex(8)
+        listener, offer = None, None
+        if self.rank == 0:
+            try:
+                listener = socket.create_server(("", 0), family=socket.AF_INET,
+                                                backlog=self.size)
+                offer = (_addresses(), listener.getsockname()[1], token, os.getpid(),
+                         socket.gethostname())
+            except OSError as err:
+                log.warning("no watch of dead ranks (rank 0 cannot listen: %s): a rank that "
+                            "dies is noticed only at the collective deadline", err)
+        # Every rank has just built the communicator: this broadcast meets them all at once.
+        offer = self._comm.bcast(offer, root=0)  # wait-ok: all ranks are here (see above)
+        if offer is None:
+            return False
+        addresses, port, token, hub_pid, hub_host = offer
+        self._hub = Peer(0, hub_pid, self._host_of(0, hub_host))
+        if listener is not None:
+            self._sockets.append(listener)
+            self._start_thread(self._watch_ranks, listener, token)
+            return True
+        connection = _connect(addresses, port, hub_host)
+        if connection is None:
+            log.warning("no watch of dead ranks on rank %d: rank 0's address (%s, port %d) is "
+                        "unreachable; a dead rank is noticed only at the collective deadline",
+                        self.rank, ", ".join(addresses), port)
+            return False
+        hello = f"{_HELLO.decode()} {token} {self.rank} {os.getpid()} {socket.gethostname()}\n"
+        try:
+            connection.sendall(hello.encode())
+        except OSError:
+            connection.close()
+            return False
+        self._sockets.append(connection)
+        self._start_thread(self._watch_hub, connection)
+        return True
+
+    def _start_thread(self, target: Callable[..., None], *args: Any) -> None:
+        self._thread = threading.Thread(target=target, args=args, daemon=True,
+                                        name="mpidist-peer-watch")
+        self._thread.start()
+
+    def _host_of(self, rank: int, fallback: str) -> str:
+        hosts = self._hosts
+        return hosts[rank] if hosts is not None and rank < len(hosts) else fallback
+
+    # -- the watching threads ------------------------------------------------------------
+    def _watch_ranks(self, listener: socket.socket, token: str) -> None:
+        """Rank 0: accept every rank's connection, then wait for one to end."""
+        selector = selectors.DefaultSelector()
+        selector.register(listener, selectors.EVENT_READ, "accept")
+        selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        while not self._closing.is_set():
+            for key, _ in selector.select():  # wait-ok: the watch's idle thread, for life
+                if key.data == "wake":
+                    return
+                if key.data == "accept":
+                    self._accept(listener, token, selector)
+                    continue
+                peer, connection = key.data, cast(socket.socket, key.fileobj)
+                try:
+                    data = connection.recv(64)
+                except OSError:
+                    data = b""
+                if _BYE in data or self._closing.is_set():
+                    selector.unregister(connection)
+                    connection.close()
+                    continue
+                if not data:
+                    self._lost(peer)
+                    return
+
+    def _accept(self, listener: socket.socket, token: str,
+                selector: selectors.BaseSelector) -> None:
+        try:
+            connection, _ = listener.accept()
+            connection.settimeout(_CONNECT_SECONDS)  # the hello follows the connect at once
+            words = connection.recv(512).decode(errors="replace").split()
+            connection.settimeout(None)
+        except OSError:
+            return
+        if len(words) != 5 or words[0] != _HELLO.decode() or words[1] != token \
+                or not words[2].isdigit() or not words[3].isdigit():
+            connection.close()  # not one of ours
+            return
+        rank = int(words[2])
+        peer = Peer(rank, int(words[3]), self._host_of(rank, words[4]))
+        self._sockets.append(connection)
+        selector.register(connection, selectors.EVENT_READ, peer)
+
+    def _watch_hub(self, connection: socket.socket) -> None:
+        """Every other rank: wait for rank 0's connection to end."""
+        try:
+            data = connection.recv(64)  # wait-ok: the watch's idle thread, for life
+        except OSError:
+            data = b""
+        if _BYE in data or self._closing.is_set():
+            return
+        if not data:
+            if self.rank > 1:  # rank 1 ends the job; the others only if it could not
+                self._closing.wait(_LATER_SPOKE_SECONDS)  # wait-ok: a short fixed delay
+            self._lost(self._hub)
+
+    def _lost(self, peer: Peer) -> None:
+        """``peer`` ended without goodbye: after the grace, end the job (unless this rank is
+        leaving too, or MPI is already finalized: then every collective is behind us)."""
+        if self._closing.wait(GRACE_SECONDS):  # wait-ok: the launcher's clean-up comes first
+            return
+        mpi = sys.modules.get("mpi4py.MPI")
+        if mpi is not None and mpi.Is_finalized():
+            return
+        self.lost = peer
+        abort_job(
+            f"{peer.describe(self.size)} is gone: its process ended without leaving the job "
+            "(killed by a signal such as SIGKILL or SIGSEGV, or os._exit; its launcher, or "
+            "`mpidist run`'s report, says which). The collectives of this job cannot complete "
+            "without it (a MultiWorkerMirroredStrategy job does not survive a lost rank): "
+            "ending the job on every rank. Resume from the last checkpoint "
+            "(BackupAndRestore) once the cause is fixed.", code=1)
+
+    # -- leaving -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Leave: say goodbye to the peers, so that this rank's exit is no death. Call it once
+        this rank has made its last collective (at exit, after the exit meeting)."""
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        for sock in self._sockets:
+            try:
+                if sock.type == socket.SOCK_STREAM and sock.fileno() >= 0:
+                    sock.send(_BYE)
+            except OSError:
+                pass  # a listener, or a peer already gone
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        for sock in self._sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def _forget_in_child(self) -> None:
+        """A forked child (a data-loading worker) must not hold this rank's connections open:
+        its parent's death would then go unseen."""
+        self._closing.set()
+        for sock in (*self._sockets, self._wake_r, self._wake_w):
+            sock.close()
+
+
+def _addresses() -> list[str]:
+    """Addresses other hosts may reach this one at: the host name's IPv4 addresses, then the
+    name itself."""
+    host = socket.gethostname()
+    try:
+        found = [a for a in socket.gethostbyname_ex(host)[2] if not a.startswith("127.")]
+    except OSError:
+        found = []
+    return [*dict.fromkeys(found), host]
+
+
+def _connect(addresses: list[str], port: int, hub_host: str) -> socket.socket | None:
+    """A connection to rank 0's listener, loopback first when it runs on this host."""
+    candidates = (["127.0.0.1"] if hub_host == socket.gethostname() else []) + addresses
+    for address in candidates:
+        try:
+            connection = socket.create_connection((address, port), timeout=_CONNECT_SECONDS)
+        except OSError:
+            continue
+        connection.settimeout(None)  # from now on it waits for the end, however long
+        return connection
+    return None
