@@ -22,14 +22,18 @@ count or size of the last batch. Same seed, same global batch: same weights.
 """
 
 import sys
+import warnings
+from collections.abc import Iterable
+from typing import Literal
 
 import numpy as np
 
 from mpidist.backend import array_module, as_array
-from mpidist.data.dataset import Dataset
+from mpidist.data.dataset import INFINITE_CARDINALITY, Dataset
 from mpidist.data.distributed import DistributedDataset, epoch_iterator
 from mpidist.core import state
 from mpidist.core.messages import named_instance
+from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import labelled, user_call
 from mpidist.strategies.context import get_replica_context, get_strategy
 from mpidist.training.autodiff import BACKENDS, model_loss_and_gradients, model_per_example_loss
@@ -246,7 +250,9 @@ class _FitLoop:
                 cb.on_epoch_begin(epoch)
             progress.epoch_begin(epoch)
             steps = _epoch_steps(data, epoch)
+            seen = 0  # batches this epoch's data gave (an empty epoch is refused below)
             for step, batch in enumerate(steps):
+                seen += 1
                 if steps_per_epoch is not None and step >= steps_per_epoch:
                     break
                 if step < skip:
@@ -263,6 +269,14 @@ class _FitLoop:
                 progress.step(step_logs)
                 for cb in callbacks:
                     cb.on_train_batch_end(step, step_logs)
+            if seen == 0:
+                if epoch == start_epoch:
+                    _refuse_empty("fit")
+                warnings.warn(
+                    f"fit: Your input ran out of data; interrupting training at epoch {epoch}: "
+                    "an iterator (not a Dataset) is used up after one pass. Pass a Dataset, or a "
+                    "dataset that repeats with `steps_per_epoch`.", UserWarning, stacklevel=3)
+                break
             skip = 0
             logs = {"loss": self._loss_sum / self._count if self._count else float("nan")}
             for metric in self.metrics:
@@ -274,6 +288,10 @@ class _FitLoop:
 
 
 @labelled("fit")
+@accepts(epochs=int, strategy="mpidist.strategies.strategy:Strategy | None", metrics=Iterable,
+         callbacks=Iterable,
+         steps_per_epoch=int | None, initial_epoch=int, verbose=Literal["auto", 0, 1, 2],
+         autodiff=str | None)
 def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callbacks=(),
         steps_per_epoch=None, initial_epoch=0, verbose="auto", autodiff=None):
     """Train ``model`` on ``dataset`` for ``epochs`` epochs; returns a History.
@@ -314,7 +332,7 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
     history = History()
     callbacks = list(callbacks) + [history]
     check_callbacks(callbacks)
-    steps = steps_per_epoch if steps_per_epoch is not None else _known_steps(data)
+    steps = steps_per_epoch if steps_per_epoch is not None else _known_steps(data, "fit")
     params = {"epochs": epochs, "steps": steps}
     for cb in callbacks:
         cb.set_context(model, optimizer, strategy, params)
@@ -330,12 +348,33 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
     return history
 
 
-def _known_steps(data):
+def _known_steps(data, call):
+    """The steps of one pass over ``data``, or None where unknown; an epoch that could never
+    end (an infinite dataset) or never start (an empty one) is refused up front, as Keras does,
+    instead of training forever or reporting a NaN loss."""
     n = data.cardinality() if hasattr(data, "cardinality") else -2
+    if n == INFINITE_CARDINALITY:
+        fix = ("pass `steps_per_epoch=N`" if call == "fit" else
+               "pass a finite dataset (e.g. `dataset.take(N)`)")
+        raise ValueError(
+            f"{call}: When passing an infinitely repeating dataset, you must specify the "
+            f"`steps_per_epoch` argument: the dataset (cardinality {n}, e.g. from `.repeat()`) "
+            f"never ends, so an epoch would never end; {fix}.")
+    if n == 0:
+        _refuse_empty(call)
     return n if n >= 0 else None
 
 
+def _refuse_empty(call):
+    raise ValueError(
+        f"{call}: Expected input data to be non-empty: the dataset yields no batch (e.g. "
+        "`batch(n, drop_remainder=True)` with fewer than n rows, or a filter or take(0) "
+        "that keeps nothing), so there is nothing to train or evaluate on.")
+
+
 @labelled("evaluate")
+@accepts(strategy="mpidist.strategies.strategy:Strategy | None", metrics=Iterable,
+         verbose=Literal["auto", 0, 1, 2], autodiff=str | None)
 def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0, autodiff=None):
     """The mean per-example loss over ``dataset`` and each metric's result, as a dict.
 
@@ -349,6 +388,7 @@ def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0, autodiff=N
     _check_autodiff(autodiff, "evaluate")
     strategy = _resolve_strategy(strategy, model, None, "evaluate")
     data = _distributed(strategy, dataset)
+    _known_steps(data, "evaluate")  # an infinite or empty dataset is refused up front
     metrics = list(metrics)
 
     def replica_step(x, y):
