@@ -24,6 +24,7 @@ from mpidist.comm.communicator import Communicator
 from mpidist.comm.options import CommunicationOptions
 from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec
+from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import user_call
 from mpidist.data.distributed import InputWorkers, distribute_dataset, distribute_from_function
 from mpidist.data.options import InputContext, InputOptions, RunOptions
@@ -37,6 +38,7 @@ from mpidist.strategies.context import get_replica_context, has_strategy, wrong_
 from mpidist.types import Array, ReduceOp, VariableAggregation, as_reduce_op
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica, ValueContext
 from mpidist.values.regroup import select_local
+from mpidist.strategies.alone_warning import warn_if_alone
 from mpidist.values.variables import Variable
 
 __all__ = ["Strategy", "StrategyExtended", "experimental_set_strategy",
@@ -94,6 +96,7 @@ class _StrategyScope:
 _global_scope: list[_StrategyScope | None] = [None]
 
 
+@accepts(strategy="Strategy | None")
 def experimental_set_strategy(strategy):
     """Make ``strategy`` current for the whole process, like a ``with strategy.scope():`` that
     never ends; ``None`` (or the default strategy itself) goes back to the default strategy."""
@@ -194,6 +197,8 @@ class Strategy:
 
     def __init__(self, extended: "StrategyExtended") -> None:
         self._extended = extended
+        if not self.is_default and not extended.experimental_between_graph:
+            warn_if_alone(type(self).__name__, stacklevel=4)  # each rank would train alone
         # The cross-replica mode ``run`` enters; immutable, so one serves every call and thread.
         self._run_mode = state.Mode(self, cross_replica=extended)
 
@@ -290,6 +295,7 @@ class Strategy:
         denom = as_array(self._extended._reduce(ReduceOp.SUM, denom))
         return numer / denom.astype(numer.dtype)
 
+    @accepts()
     def gather(self, value: Any, axis: int) -> Any:
         """Concatenate the replicas' components of ``value`` along ``axis``, in replica order.
 
@@ -311,6 +317,7 @@ class Strategy:
             return nest.map_structure(lambda v: self._extended._gather(v, axis), value)
 
     # -- input ---------------------------------------------------------------------------
+    @accepts()
     def experimental_distribute_dataset(self, dataset: Any, options: InputOptions | None = None
                                         ) -> Any:
         """Split each global batch of ``dataset`` across all replicas of all workers.
@@ -329,6 +336,7 @@ class Strategy:
         """
         return self._extended._experimental_distribute_dataset(dataset, options)
 
+    @accepts()
     def distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any],
                                           options: InputOptions | None = None) -> Any:
         """Call ``dataset_fn(InputContext)`` once per input pipeline (per worker; per replica in
@@ -351,6 +359,7 @@ class Strategy:
         """The components of ``value`` on this worker's devices, as a tuple."""
         return self._extended._local_results(value)
 
+    @accepts()
     def experimental_distribute_values_from_function(self, value_fn: Callable[[ValueContext], Any]
                                                      ) -> Any:
         """A PerReplica of ``value_fn(ValueContext(replica_id, num_replicas))`` for each local

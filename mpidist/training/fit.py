@@ -35,6 +35,7 @@ from mpidist.core import state
 from mpidist.core.messages import named_instance
 from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import labelled, user_call
+from mpidist.strategies.alone_warning import warn_if_alone
 from mpidist.strategies.context import get_replica_context, get_strategy
 from mpidist.training.autodiff import BACKENDS, model_loss_and_gradients, model_per_example_loss
 from mpidist.training.callbacks import BackupAndRestore, History, check_callbacks
@@ -327,6 +328,8 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
     mode = state.current_mode()
     if mode.replica_context is not None and not mode.is_default:
         raise RuntimeError("fit() must be called outside strategy.run (in cross-replica context).")
+    if strategy.is_default:
+        warn_if_alone("fit with the default strategy", stacklevel=4)  # each rank alone
     data = _distributed(strategy, dataset)
     loop = _FitLoop(model, optimizer, strategy, metrics, autodiff)
     history = History()
