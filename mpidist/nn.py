@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 
 from mpidist.backend import array_module, as_array, is_array
+from mpidist.core.signatures import ArrayLike, accepts
 from mpidist.ps.sharded_variable import ShardedVariable
 from mpidist.training.losses import compute_average_loss, scale_regularization_loss
 from mpidist.values.indexed_slices import row_indices
@@ -14,6 +15,7 @@ from mpidist.values.variables import Variable
 __all__ = ["compute_average_loss", "embedding_lookup", "scale_regularization_loss"]
 
 
+@accepts(ids=ArrayLike)
 def embedding_lookup(params: Any, ids: Any, max_norm: float | None = None,
                      name: str | None = None) -> Any:
     """Rows ``ids`` of ``params`` (``tf.nn.embedding_lookup``): shape ``ids.shape +

@@ -5,6 +5,8 @@ A job is a list of ``"host:port"`` addresses (task i at position i) or a sparse 
 ``jobs`` is sorted, so two ranks that build the same cluster list its jobs in the same order.
 """
 
+from mpidist.core.signatures import accepts
+
 __all__ = ["ClusterSpec", "normalize_cluster_spec"]
 
 
@@ -117,6 +119,7 @@ class ClusterSpec:
         except (KeyError, TypeError):
             raise ValueError(f"No such job in cluster: {job_name!r}") from None
 
+    @accepts(job_name=str)
     def num_tasks(self, job_name):
         """Number of tasks of ``job_name``.
 
@@ -125,6 +128,7 @@ class ClusterSpec:
         """
         return len(self._job(job_name))
 
+    @accepts(job_name=str)
     def task_indices(self, job_name):
         """The sorted task indices of ``job_name``.
 
@@ -133,6 +137,7 @@ class ClusterSpec:
         """
         return sorted(self._job(job_name))
 
+    @accepts(job_name=str, task_index=int)
     def task_address(self, job_name, task_index):
         """The address of task ``task_index`` of ``job_name``.
 
@@ -145,6 +150,7 @@ class ClusterSpec:
         except (KeyError, TypeError):
             raise ValueError(f"No task with index {task_index!r} in job {job_name!r}") from None
 
+    @accepts(job_name=str)
     def job_tasks(self, job_name):
         """The addresses of ``job_name`` as a list indexed by task; gaps of a sparse job are None.
 

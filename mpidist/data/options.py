@@ -6,6 +6,7 @@ import enum
 import numbers
 
 from mpidist.core.sharding import per_replica_batch_size
+from mpidist.core.signatures import accepts
 
 __all__ = [
     "AutoShardPolicy",
@@ -95,6 +96,7 @@ class Options:
             raise TypeError(f"deterministic must be True, False or None, got {value!r}.")
         object.__setattr__(self, name, value)
 
+    @accepts(other="Options")
     def merge(self, other):
         """These options with every field that ``other`` sets taking precedence."""
         merged = Options()

@@ -5,6 +5,7 @@ import numpy as np
 
 from mpidist.backend import is_array
 from mpidist.core import nest
+from mpidist.core.signatures import ArrayLike, accepts
 
 __all__ = ["TensorSpec", "PerReplicaSpec", "spec_of", "most_specific_common", "empty_like_spec"]
 
@@ -29,6 +30,7 @@ class TensorSpec:
         """The leading dimension: an int, or None when unknown (or the rank is)."""
         return self.shape[0] if self.shape else None
 
+    @accepts(array=ArrayLike)
     def is_compatible_with(self, array):
         """Whether ``array`` (or a TensorSpec) fits this spec."""
         dtype = np.dtype(array.dtype)
@@ -40,10 +42,12 @@ class TensorSpec:
         return len(shape) == len(self.shape) and all(
             d is None or e is None or d == e for d, e in zip(self.shape, shape))
 
+    @accepts(size=int | None)
     def with_batch_dim(self, size):
         """This spec with a leading dimension ``size`` (None: unknown) prepended."""
         return TensorSpec(None if self.shape is None else (size,) + self.shape, self.dtype)
 
+    @accepts(size=int | None)
     def with_batch_size(self, size):
         """This spec with its leading dimension replaced by ``size``."""
         return TensorSpec(None if self.shape is None else (size,) + self.shape[1:], self.dtype)

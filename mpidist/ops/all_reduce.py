@@ -18,6 +18,7 @@ from mpidist.backend import array_module, device_context
 from mpidist.comm.nccl import local_group
 from mpidist.comm.options import CommunicationOptions
 from mpidist.core.devices import DeviceSpec
+from mpidist.core.signatures import accepts
 from mpidist.kernels import FusionLayout, pack, split_sizes
 from mpidist.kernels.arrays import empty_like_family
 from mpidist.ops.cross_device_ops import CrossDeviceOps, Pairs, as_per_replica
@@ -41,6 +42,7 @@ class AllReduceCrossDeviceOps(CrossDeviceOps):
         num_packs: Packs per dtype per batch (>= 0; 0 means one all-reduce per tensor).
     """
 
+    @accepts()
     def __init__(self, all_reduce_alg: str = "nccl", num_packs: int = 1) -> None:
         if all_reduce_alg not in _ALGORITHMS:
             raise ValueError(
@@ -183,6 +185,7 @@ class NcclAllReduce(AllReduceCrossDeviceOps):
         num_packs: Packs per dtype per batch (>= 0; 0: one NCCL call per tensor).
     """
 
+    @accepts()
     def __init__(self, num_packs: int = 1) -> None:
         super().__init__(all_reduce_alg="nccl", num_packs=num_packs)
 
@@ -195,5 +198,6 @@ class HierarchicalCopyAllReduce(AllReduceCrossDeviceOps):
         num_packs: Packs per dtype per batch (>= 0; 0: each tensor on its own).
     """
 
+    @accepts()
     def __init__(self, num_packs: int = 1) -> None:
         super().__init__(all_reduce_alg="hierarchical_copy", num_packs=num_packs)

@@ -7,6 +7,7 @@ import numpy as np
 from mpidist.backend import as_array, copy_to_device, device_context, device_of
 from mpidist.comm.options import CommunicationOptions
 from mpidist.core.devices import DeviceSpec, parse_device
+from mpidist.core.signatures import accepts
 from mpidist.kernels import FusionLayout, pack, reduce_n, reduce_pack
 from mpidist.ops.cross_device_ops import CrossDeviceOps, Pairs, as_per_replica, check_same_shapes
 from mpidist.ops.destinations import Destinations, resolve_devices, simple_broadcast
@@ -31,6 +32,7 @@ class ReductionToOneDevice(CrossDeviceOps):
             function sees each tensor separately, so batches are not fused.
     """
 
+    @accepts()
     def __init__(self, reduce_to_device: str | DeviceSpec | None = None,
                  accumulation_fn: Callable[[list[Array]], Array] | None = None) -> None:
         self.reduce_to_device = parse_device(reduce_to_device) if reduce_to_device is not None else None

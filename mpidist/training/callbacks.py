@@ -9,6 +9,7 @@ import shutil
 
 import numpy as np
 
+from mpidist.core.signatures import accepts
 from mpidist.training.checkpoint import Checkpoint, CheckpointManager
 from mpidist.values.variables import Variable
 
@@ -126,6 +127,7 @@ class ModelCheckpoint(Callback):
     """Save the model's variables and the optimizer state every epoch (or every ``save_freq``
     steps) into ``directory``, keeping the last ``max_to_keep``."""
 
+    @accepts(directory=str | os.PathLike, max_to_keep=int | None)
     def __init__(self, directory, save_freq="epoch", max_to_keep=5):
         self.directory = os.fspath(directory)
         self.save_freq = _save_freq(save_freq)
@@ -163,6 +165,7 @@ class BackupAndRestore(Callback):
     deleted when training ends, unless ``delete_checkpoint=False``.
     """
 
+    @accepts(backup_dir=str | os.PathLike, delete_checkpoint=bool)
     def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True):
         self.backup_dir = os.fspath(backup_dir)
         self.save_freq = _save_freq(save_freq)

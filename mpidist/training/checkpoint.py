@@ -29,6 +29,7 @@ import numpy as np
 
 from mpidist.backend import as_array
 from mpidist.core import state
+from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import user_call
 from mpidist.training.checkpoint_format import (
     STATE_FILENAME,
@@ -577,6 +578,7 @@ class CheckpointManager:
         """The kept checkpoints' paths, oldest first."""
         return list(self._kept)
 
+    @accepts(check_interval=bool)
     def save(self, checkpoint_number=None, check_interval=True, options=None):
         """Save a new checkpoint (numbered ``checkpoint_number``, else the incremented save
         counter), delete the oldest beyond ``max_to_keep`` and update the state file.

@@ -17,6 +17,7 @@ from mpidist.backend import array_module, as_array
 from mpidist.backend.traced import untraced
 from mpidist.core import state
 from mpidist.core.messages import short_repr
+from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import user_call
 from mpidist.training.losses import match_label_shapes
 from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
@@ -161,6 +162,7 @@ class Metric:
         return f"<mpidist.metrics.{type(self).__name__} name={self._name!r} dtype={self._dtype}>"
 
     # -- state ---------------------------------------------------------------------------
+    @accepts(name=str)
     def add_weight(self, name, shape=(), dtype=None):
         """Create a state variable of zeros (ON_READ, SUM, not trainable) in the current
         strategy. Under MultiWorkerMirroredStrategy this is collective: every rank creates

@@ -9,12 +9,14 @@ mirrored when the variable is, in the variable's strategy.
 """
 
 import contextlib
+from collections.abc import Iterable
 
 import numpy as np
 
 from mpidist.backend import array_module
 from mpidist.core import state
 from mpidist.core.messages import short_repr
+from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import user_call
 from mpidist.strategies.context import get_replica_context, get_strategy, in_cross_replica_context
 from mpidist.strategies.default import get_default_strategy
@@ -157,6 +159,7 @@ class Optimizer:
         return float(value)
 
     # -- slots --------------------------------------------------------------------------------
+    @accepts(var_list=Iterable)
     def build(self, var_list):
         """Create the slot variables of ``var_list`` now (``apply_gradients`` does it on first
         use). Slots created after a ``Checkpoint.restore`` take their saved values here.
@@ -235,6 +238,7 @@ class Optimizer:
         self._checks = GradientChecks()
         self._dtypes_checked = None
 
+    @accepts(slot_name=str)
     def get_slot(self, var, slot_name):
         """The slot variable ``slot_name`` of ``var``; UnknownSlotError (a ValueError) if it has
         none."""
@@ -265,6 +269,7 @@ class Optimizer:
         return {"iterations": self._iterations, "slots": slots}
 
     # -- applying -----------------------------------------------------------------------------
+    @accepts(experimental_aggregate_gradients=bool)
     def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
         """Apply one update: ``grads_and_vars`` is an iterable of ``(gradient, variable)``.
 

@@ -1,0 +1,513 @@
+"""One check of public arguments, from declarations (issue 22, item 2).
+
+``@accepts(...)`` on a public function, method or constructor checks its arguments at entry
+against what is declared: the function's own type hints, plus declarations given to the
+decorator (``@accepts(learning_rate=Annotated[float, NonNegative()] | Callable)``), which take
+precedence and are merged into ``__annotations__`` so ``help()`` shows them. Value constraints
+that types cannot say ride in ``typing.Annotated`` (``Positive()``, ``NonNegative()``,
+``InRange(lo, hi)``, ``NonEmpty()``, ``OneOf(...)``) and known confusions in ``Confusion``.
+
+The declarations are read once, on the first call (so hints may name classes of higher layers,
+as strings, without import cycles), and compiled into one predicate per argument: a call costs a
+loop over the declared arguments and an ``isinstance`` each (well under a microsecond for the
+usual one to three arguments). Only a failing call pays for the message, which names the call,
+the argument, the value received (type; shape and dtype for arrays), what is accepted and, where
+a common confusion is recognised, the fix (a class where an instance is expected, a method where
+its value, a string where a number, one object where a list). A wrong type is a TypeError; a
+right type with a wrong value is ``InvalidArgumentError`` (a ValueError). Nothing has run yet
+when either is raised, so the call leaves every state as it was.
+
+Hints the checker cannot test at run time (TypeVars, non-runtime Protocols, unknown generics)
+accept every value: a declaration never rejects what the function's body would accept.
+"""
+
+import collections.abc
+import functools
+import importlib
+import inspect
+import math
+import numbers
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from mpidist.core.messages import short_repr
+from mpidist.errors import InvalidArgumentError
+
+__all__ = ["accepts", "Positive", "NonNegative", "InRange", "NonEmpty", "OneOf", "Confusion",
+           "ArrayLike", "Number", "describe_value", "checked_callables"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+_checked: list[Callable[..., Any]] = []
+
+
+def checked_callables() -> tuple[Callable[..., Any], ...]:
+    """Every function decorated with ``accepts`` so far (the API walk's coverage report)."""
+    return tuple(_checked)
+
+
+# -- value constraints (ride in typing.Annotated) -----------------------------------------------
+class Constraint:
+    """A condition on a value whose type already passed; ``text`` says what is accepted."""
+
+    text = ""
+
+    def ok(self, value: Any) -> bool:
+        raise NotImplementedError
+
+
+class Positive(Constraint):
+    text = "> 0 and finite"
+
+    def ok(self, value: Any) -> bool:
+        return bool(value > 0) and math.isfinite(value)
+
+
+class NonNegative(Constraint):
+    text = ">= 0 and finite"
+
+    def ok(self, value: Any) -> bool:
+        return bool(value >= 0) and math.isfinite(value)
+
+
+class InRange(Constraint):
+    """``lo <= value <= hi`` (``lo < value`` when ``open_low``)."""
+
+    def __init__(self, lo: float, hi: float, open_low: bool = False) -> None:
+        self.lo, self.hi, self.open_low = lo, hi, open_low
+        self.text = f"in {'(' if open_low else '['}{lo}, {hi}]"
+
+    def ok(self, value: Any) -> bool:
+        above = value > self.lo if self.open_low else value >= self.lo
+        return bool(above and value <= self.hi)
+
+
+class NonEmpty(Constraint):
+    text = "not empty"
+
+    def ok(self, value: Any) -> bool:
+        return len(value) > 0
+
+
+class OneOf(Constraint):
+    def __init__(self, *choices: Any) -> None:
+        self.choices = choices
+        self.text = "one of " + ", ".join(repr(c) for c in choices)
+
+    def ok(self, value: Any) -> bool:
+        try:
+            return value in self.choices
+        except (TypeError, ValueError):  # an array compared with the choices
+            return False
+
+
+class Confusion:
+    """A known mistake for one argument: when ``applies(value)``, the message adds ``fix``."""
+
+    def __init__(self, applies: Callable[[Any], bool], fix: str) -> None:
+        self.applies, self.fix = applies, fix
+
+
+class _ArrayLike:
+    """Marker: a number, an array (NumPy, CuPy, anything with ``__array__``), a distributed
+    value, or a (nested) list/tuple of numbers; never a string, None, a class or a method."""
+
+
+ArrayLike = _ArrayLike
+"""Declares an array argument (see ``_ArrayLike``)."""
+
+Number = typing.Annotated[float, "number"]
+"""A real number (int, float, NumPy scalar), not a bool and not a string."""
+
+
+# -- compiling a declaration into a predicate ---------------------------------------------------
+class _Check:
+    """A compiled declaration: ``ok`` tests a value; ``text`` says what is accepted."""
+
+    __slots__ = ("ok", "type_ok", "text", "types", "constraints", "confusions", "element")
+
+    def __init__(self, ok: Callable[[Any], bool], text: str, types_: tuple[type, ...] = (),
+                 element: "_Check | None" = None) -> None:
+        self.ok, self.text, self.types, self.element = ok, text, types_, element
+        self.type_ok = ok  # ``ok`` without the value constraints: which error type to raise
+        self.constraints: list[Constraint] = []
+        self.confusions: list[Confusion] = []
+
+
+def _accept_all(value: Any) -> bool:
+    return True
+
+
+_ANY = _Check(_accept_all, "any value")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_real(v: Any) -> bool:
+    t = type(v)
+    if t is float or t is int:
+        return True
+    if t is str:
+        return False
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _is_bool(v: Any) -> bool:
+    return type(v) is bool or type(v).__name__ == "bool_"
+
+
+def _is_array_like(v: Any) -> bool:
+    t = type(v)
+    if t is float or t is int:
+        return True
+    if hasattr(t, "__array__") and t is not type:  # NumPy/CuPy arrays and scalars, variables
+        return True
+    if isinstance(v, (str, bytes, type, types.MethodType, types.FunctionType)) or v is None:
+        return False
+    if isinstance(v, (list, tuple)):
+        return all(_is_array_like(x) for x in v)
+    if isinstance(v, (numbers.Number, bool)):
+        return True
+    return (hasattr(v, "__array__") or hasattr(v, "__cuda_array_interface__")
+            or hasattr(v, "values") or hasattr(v, "dtype"))
+
+
+_SCALARS: dict[type, _Check] = {
+    int: _Check(_is_int, "an int", (int,)),
+    float: _Check(_is_real, "a number", (float, int)),
+    bool: _Check(_is_bool, "True or False", (bool,)),
+    str: _Check(lambda v: isinstance(v, str), "a string", (str,)),
+}
+
+
+def _resolve(hint: Any, globalns: dict[str, Any]) -> Any:
+    if isinstance(hint, str):
+        if "|" in hint and ":" in hint:  # "package.module:Name | None"
+            parts = [_resolve(part.strip(), globalns) for part in hint.split("|")]
+            return typing.Union[tuple(parts)]
+        if hint.strip() == "None":
+            return None
+        if ":" in hint:  # "package.module:Name": a class of a higher layer
+            module, _, name = hint.partition(":")
+            return getattr(importlib.import_module(module), name)
+        try:
+            return eval(hint, globalns)
+        except Exception:  # noqa: BLE001 - an unresolvable hint checks nothing
+            return Any
+    if isinstance(hint, typing.ForwardRef):
+        return _resolve(hint.__forward_arg__, globalns)
+    return hint
+
+
+def _class_text(cls: type) -> str:
+    module = cls.__module__
+    if module.startswith("mpidist"):
+        public = "mpidist" if module.startswith(("mpidist.strategies", "mpidist.values")) else module
+        return f"a {public}.{cls.__qualname__}" if public == "mpidist" else f"a {cls.__qualname__}"
+    if module == "builtins":
+        return f"a {cls.__qualname__}"
+    return f"a {module}.{cls.__qualname__}"
+
+
+def _compile(hint: Any, globalns: dict[str, Any]) -> _Check:
+    hint = _resolve(hint, globalns)
+    if hint is Any or hint is object or hint is inspect.Parameter.empty:
+        return _ANY
+    if hint is None or hint is type(None):
+        return _Check(lambda v: v is None, "None", (type(None),))
+    if hint is _ArrayLike:
+        return _Check(_is_array_like, "an array or a number (or a nested list of numbers)")
+    if hint in _SCALARS:
+        return _SCALARS[hint]
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        inner = _compile(args[0], globalns)
+        if "number" in args[1:]:
+            inner = _SCALARS[float]
+        check = _Check(inner.ok, inner.text, inner.types, inner.element)
+        check.constraints = [a for a in args[1:] if isinstance(a, Constraint)]
+        check.confusions = [a for a in args[1:] if isinstance(a, Confusion)]
+        if check.constraints:
+            check.text += " " + " and ".join(c.text for c in check.constraints)
+        return check
+    if origin is typing.Union or origin is types.UnionType:
+        parts = [_compile(a, globalns) for a in args]
+        if any(p is _ANY for p in parts):
+            return _ANY
+        oks = tuple(p.ok for p in parts)
+        plain = all(p.types and not p.constraints
+                    and getattr(p.ok, "__wrapped__", None) is _isinstance_ok for p in parts)
+        if plain:  # one isinstance with a tuple of classes
+            classes = tuple(t for p in parts for t in p.types)
+            check = _Check(lambda v: isinstance(v, classes), "", classes)
+            check.ok = _bind_isinstance(classes)
+        else:
+            ok = _any_of(oks)
+            check = _Check(ok, "", tuple(t for p in parts for t in p.types))
+        check.text = " or ".join(p.text for p in parts)
+        check.confusions = [c for p in parts for c in p.confusions]
+        # constraints of a member hold for that member only: kept inside its predicate
+        if any(p.constraints for p in parts):
+            check.type_ok = check.ok
+            check.ok = _any_of(tuple(_with_constraints(p) for p in parts))
+            check.constraints = []
+        check.element = next((p.element for p in parts if p.element is not None), None)
+        return check
+    if origin is typing.Literal:
+        choices = args
+        return _Check(OneOf(*choices).ok, "one of " + ", ".join(repr(c) for c in choices))
+    if origin is type:
+        base = _resolve(args[0], globalns) if args else object
+        if not isinstance(base, type):
+            return _Check(lambda v: isinstance(v, type), "a class")
+        return _Check(lambda v: isinstance(v, type) and issubclass(v, base),
+                      f"a subclass of {base.__qualname__}")
+    if hint is collections.abc.Callable or origin is collections.abc.Callable:
+        return _Check(callable, "a callable")
+    if origin in (list, tuple, collections.abc.Sequence, collections.abc.Iterable,
+                  collections.abc.Collection, set, frozenset):
+        element = _compile(args[0], globalns) if args and args[0] is not Ellipsis else _ANY
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            element = _compile(args[0], globalns)
+        elif origin is tuple and args and Ellipsis not in args:
+            element = _ANY  # fixed-length tuples: the body checks the items
+        return _sequence_check(origin, element)
+    if origin in (dict, collections.abc.Mapping):
+        return _Check(_bind_isinstance((collections.abc.Mapping,)), "a dict",
+                      (dict,))
+    if isinstance(hint, type):
+        if typing.Protocol in getattr(hint, "__mro__", ()) and not _runtime_checkable(hint):
+            return _ANY
+        if hint in (list, tuple):
+            return _sequence_check(hint, _ANY)
+        if hint is dict:
+            return _Check(_bind_isinstance((collections.abc.Mapping,)), "a dict", (dict,))
+        return _Check(_bind_isinstance((hint,)), _class_text(hint), (hint,))
+    return _ANY  # TypeVar, ParamSpec, a generic this checker does not know: no check
+
+
+def _runtime_checkable(cls: type) -> bool:
+    try:
+        isinstance(None, cls)
+    except TypeError:  # a Protocol not marked @runtime_checkable
+        return False
+    return True
+
+
+def _any_of(oks: tuple[Callable[[Any], bool], ...]) -> Callable[[Any], bool]:
+    """One predicate from several, without a generator per call (this runs on every call)."""
+    if len(oks) == 2:
+        first, second = oks
+        return lambda v: first(v) or second(v)
+    if len(oks) == 3:
+        first, second, third = oks
+        return lambda v: first(v) or second(v) or third(v)
+
+    def ok(v: Any) -> bool:
+        for one in oks:  # noqa: SIM110 - a loop is cheaper than any() over a generator
+            if one(v):
+                return True
+        return False
+    return ok
+
+
+def _isinstance_ok(v: Any) -> bool:  # the marker of predicates built by _bind_isinstance
+    return True
+
+
+def _bind_isinstance(classes: tuple[type, ...]) -> Callable[[Any], bool]:
+    def ok(v: Any) -> bool:
+        return isinstance(v, classes)
+    ok.__wrapped__ = _isinstance_ok  # type: ignore[attr-defined]
+    return ok
+
+
+def _with_constraints(check: _Check) -> Callable[[Any], bool]:
+    if not check.constraints:
+        return check.ok
+    base, constraints = check.ok, check.constraints
+    if len(constraints) == 1:
+        only = constraints[0]
+        return lambda v: base(v) and _holds(only, v)
+    return lambda v: base(v) and all(_holds(c, v) for c in constraints)
+
+
+def _holds(constraint: Constraint, value: Any) -> bool:
+    try:
+        return constraint.ok(value)
+    except (TypeError, ValueError):
+        return False
+
+
+def _sequence_check(origin: Any, element: _Check) -> _Check:
+    kinds: tuple[type, ...] = (list, tuple)
+    if origin in (collections.abc.Iterable, collections.abc.Collection):
+        def ok(v: Any) -> bool:
+            if isinstance(v, (str, bytes, type)) or not isinstance(v, collections.abc.Iterable) \
+                    or getattr(v, "ndim", 1) == 0:  # a 0-d array is Iterable but not iterable
+                return False
+            if element is _ANY or not isinstance(v, (list, tuple)):
+                return True  # an iterator is not consumed to check its items
+            return all(element.ok(x) for x in v)
+        text = "an iterable"
+    else:
+        if origin in (set, frozenset):
+            kinds = (set, frozenset, list, tuple)
+        elif origin is collections.abc.Sequence:
+            kinds = (collections.abc.Sequence,)
+
+        def ok(v: Any) -> bool:
+            if not isinstance(v, kinds) or isinstance(v, (str, bytes)):
+                return False
+            if element is _ANY:
+                return True
+            return all(element.ok(x) for x in typing.cast(collections.abc.Iterable[Any], v))
+        text = "a list or tuple"
+    if element is not _ANY:
+        text += f" of {_plural(element.text)}"
+    return _Check(ok, text, kinds, element)
+
+
+def _plural(text: str) -> str:
+    return text[2:] + "s" if text.startswith("a ") and " " not in text[2:] else text
+
+
+# -- the message --------------------------------------------------------------------------------
+def describe_value(value: Any) -> str:
+    """What a message says the user passed: its type, and shape/dtype for arrays."""
+    if isinstance(value, type):
+        return f"the class {value.__qualname__} (a class, not an instance)"
+    if inspect.ismethod(value):
+        return f"the method {value.__qualname__} (a bound method, not its value)"
+    if inspect.isfunction(value) or inspect.isbuiltin(value):
+        return f"the function {getattr(value, '__qualname__', value)!s}"
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if isinstance(shape, tuple) and dtype is not None and not isinstance(value, (int, float)):
+        return f"{type(value).__name__} of shape {shape} and dtype {dtype}"
+    if value is None:
+        return "None"
+    return f"{type(value).__name__} {short_repr(value)}"
+
+
+def _fixes(check: _Check, value: Any) -> list[str]:
+    fixes = [c.fix for c in check.confusions if _applies(c, value)]
+    classes = tuple(t for t in check.types if isinstance(t, type) and t not in (type(None),))
+    if isinstance(value, type) and classes and any(
+            issubclass(value, t) for t in classes if t not in (int, float, bool, str)):
+        fixes.append(f"pass an instance, e.g. {value.__qualname__}(...), not the class itself")
+    elif inspect.ismethod(value) or inspect.isfunction(value):
+        fixes.append(f"call it, {getattr(value, '__name__', 'f')}(), to pass its value "
+                     "(a method or function was passed, not what it returns)")
+    elif isinstance(value, str) and (set(classes) & {int, float}) and _parses(value):
+        fixes.append(f"pass the number {value.strip()}, not the string {value!r}")
+    elif check.element is not None and not isinstance(value, (list, tuple, str)) \
+            and check.element.ok(value):
+        fixes.append(f"pass a list, e.g. [{short_repr(value, 30)}], even for one item")
+    elif check.element is not None and isinstance(value, (list, tuple)):
+        bad = next((x for x in value if not check.element.ok(x)), None)
+        if bad is not None or any(x is None for x in value):
+            fixes.append(f"its item {describe_value(bad)} is not "
+                         f"{check.element.text}")
+    return fixes
+
+
+def _applies(confusion: Confusion, value: Any) -> bool:
+    try:
+        return bool(confusion.applies(value))
+    except Exception:  # noqa: BLE001 - a confusion test never hides the real error
+        return False
+
+
+def _parses(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _fail(where: str, name: str, check: _Check, value: Any) -> None:
+    wrong_type = not check.type_ok(value)
+    what = f"{where}: argument '{name}' got {describe_value(value)}; it accepts {check.text}."
+    fixes = _fixes(check, value)
+    if fixes:
+        what += " Fix: " + "; ".join(fixes) + "."
+    if wrong_type:
+        raise TypeError(what)
+    raise InvalidArgumentError(what)
+
+
+# -- the decorator ------------------------------------------------------------------------------
+def _where(fn: Callable[..., Any]) -> str:
+    qualname = fn.__qualname__.replace(".<locals>", "")
+    if qualname.endswith(".__init__"):
+        return qualname[: -len(".__init__")]
+    return qualname
+
+
+def accepts(**declared: Any) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Check the decorated function's arguments at entry (see the module docstring).
+
+    ``declared`` maps argument names to hints and overrides the function's own hints for those
+    arguments. ``name=Any`` turns off the check of a hinted argument.
+    """
+    def decorate(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+        signature = inspect.signature(fn)
+        params = list(signature.parameters.values())
+        unknown = set(declared) - {p.name for p in params}
+        if unknown:
+            raise TypeError(f"accepts: {fn.__qualname__} has no argument {sorted(unknown)}")
+        where = _where(fn)
+        compiled: list[tuple[tuple[int, str, _Check], ...]] = []
+
+        def compile_once() -> tuple[tuple[int, str, _Check], ...]:
+            globalns = getattr(fn, "__globals__", {})
+            hints = dict(getattr(fn, "__annotations__", {}))
+            hints.update(declared)
+            out = []
+            for index, p in enumerate(params):
+                if p.name not in hints or p.name in ("self", "cls"):
+                    continue
+                if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                    continue
+                check = _compile(hints[p.name], globalns)
+                if check is _ANY and not check.constraints:
+                    continue
+                if check.constraints:
+                    full = _Check(_with_constraints(check), check.text, check.types,
+                                  check.element)
+                    full.type_ok, full.confusions = check.type_ok, check.confusions
+                    check = full
+                positional = index if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) \
+                    else 1 << 30
+                out.append((positional, p.name, check))
+            compiled.append(tuple(out))
+            return compiled[0]
+
+        @functools.wraps(fn)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            checks = compiled[0] if compiled else compile_once()
+            n = len(args)
+            for index, name, check in checks:
+                if index < n:
+                    value = args[index]
+                elif name in kwargs:
+                    value = kwargs[name]
+                else:
+                    continue
+                if not check.ok(value):
+                    _fail(where, name, check, value)
+            return fn(*args, **kwargs)
+
+        wrapper.__annotations__ = {**getattr(fn, "__annotations__", {}), **declared}
+        wrapper.__mpidist_checked__ = True  # type: ignore[attr-defined]
+        _checked.append(wrapper)
+        return wrapper
+    return decorate
+
