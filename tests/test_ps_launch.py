@@ -190,11 +190,13 @@ def test_preempted_closure_runs_again():
 
 def test_hung_worker_closures_finish_on_the_other():
     """worker:1:after=2:hang with 0.2 s heartbeats: worker 1 stops after two closures; 0.6 s
-    later the chief gives its closures to worker 0, which runs the rest. The hung worker obeys
-    the chief's shutdown at the end: the job exits 0."""
+    later the chief gives its closures to worker 0, which runs the rest. The job lost a worker:
+    at the end the chief says so and every rank leaves without MPI_Finalize, exit code 1."""
     env = {"MPIDIST_PS_FAULTS": "worker:1:after=2:hang", "MPIDIST_PS_HEARTBEAT_SECONDS": "0.2"}
     code, out, elapsed = run(4, "faults_job.py", 20, 0.05, env=env)
-    assert code == 0, f"exit {code}:\n{out}"
+    assert code == 1, f"exit {code}:\n{out}"
+    assert "the job ends with exit code 1: it lost /job:worker/replica:0/task:1 (rank 3): no " \
+        "heartbeat for " in out, out
     assert "/job:worker/replica:0/task:1 (rank 3): injected fault: hanging\n" in out, out
     assert re.search(r"/job:worker/replica:0/task:1 \(rank 3\) failed \(no heartbeat for "
                      r"[\d.]+ s\): its closures run on the other workers\n", out), out
@@ -215,8 +217,9 @@ PS_UNAVAILABLE = ("parameter server /job:ps/replica:0/task:0 (rank 1) did not an
 def test_hung_ps_is_an_error_on_the_chief_never_a_hang(handling):
     """ps:0:after=5:hang with MPIDIST_PS_TIMEOUT=2: a worker's request times out after 2 s, and
     join() raises PSUnavailableError naming the ps task and its rank, as does every later call.
-    Caught, the program ends and so does the job (exit 0); uncaught, it ends the job (exit 1).
-    Either way well within the launch timeout."""
+    Caught, the program ends and so does the job, still with exit code 1 (a job whose ps failed
+    did not succeed); uncaught, it ends the job at once (exit 1). Either way well within the
+    launch timeout."""
     env = {"MPIDIST_PS_FAULTS": "ps:0:after=5:hang", "MPIDIST_PS_TIMEOUT": "2"}
     args = [20, 0] + (["uncaught"] if handling == "uncaught" else [])
     code, out, elapsed = run(4, "faults_job.py", *args, env=env)
@@ -229,7 +232,9 @@ def test_hung_ps_is_an_error_on_the_chief_never_a_hang(handling):
     assert "REPORT" not in out, out
     assert elapsed < QUICK, f"the job took {elapsed:.1f} s to end:\n{out}"
     if handling == "caught":
-        assert code == 0, f"exit {code}:\n{out}"
+        assert code == 1, f"exit {code}:\n{out}"
+        assert "the job ends with exit code 1: it lost /job:ps/replica:0/task:0 (rank 1): a " \
+            "parameter server that did not answer." in out, out
     else:
         assert code != 0, out
         assert "uncaught exception; ending the job on every rank." in out, out

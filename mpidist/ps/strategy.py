@@ -198,6 +198,13 @@ class ParameterServerExtended(OneDeviceExtended):
     def experimental_between_graph(self) -> bool:
         return False
 
+    @property
+    def spans_ranks(self) -> bool:
+        """The strategy works across the ranks of the job (TF's between_graph is False for
+        it: one client), so the warning for a strategy that trains each rank alone does not
+        apply."""
+        return True
+
     def start_chief(self) -> None:
         """On the chief: wait until every worker reported in, and end the job at exit."""
         from mpidist.ps.service import await_workers, shutdown_job  # noqa: PLC0415 - see __init__
