@@ -47,6 +47,7 @@ from mpidist.training.checkpoint_status import (
 )
 from mpidist.ps.sharded_variable import ShardedVariable
 from mpidist.training.deferred_restore import PendingRestore
+from mpidist.training.restore_agreement import agree_on_restore
 from mpidist.values.distributed_variables import is_distributed_variable
 from mpidist.values.variables import Variable
 
@@ -408,16 +409,24 @@ class Checkpoint:
         (``Optimizer.build`` or the first ``apply_gradients``), at a status method, or at the
         next ``save``. A newer restore replaces what an older one left waiting.
 
-        Not a collective: each rank reads the file itself, issues no communication, and may
-        call it alone; every rank of a multi-worker job should restore the same path.
+        Each rank reads the file itself. Under a strategy across ranks (MultiWorkerMirrored)
+        it is collective: every rank must restore, and the ranks agree on the path and a digest
+        of the content (an InvalidArgumentError on every rank names the difference;
+        ``training/restore_agreement.py``).
         """
         with user_call("Checkpoint.restore"):
             _no_options(options, "Checkpoint.restore")
             if save_path is None:
+                agree_on_restore("Checkpoint.restore", self._strategies(), None)
                 return InitializationOnlyStatus()
             path = path_argument(save_path, "save_path")
             _require_cross_replica("restore")
-            _, saved = read_checkpoint_file(path)
+            try:
+                manifest, saved = read_checkpoint_file(path)
+            except Exception as err:  # the ranks agree on failing alike, then it is raised
+                agree_on_restore("Checkpoint.restore", self._strategies(), path, error=err)
+                raise
+            agree_on_restore("Checkpoint.restore", self._strategies(), path, manifest)
             items = self._items()
             matched = []
             for key, var in _walk(items):
@@ -447,6 +456,10 @@ class Checkpoint:
             record.activate(previous=self._pending)
             self._pending = record
             return CheckpointLoadStatus(record, lambda: _walk(self._items()))
+
+    def _strategies(self):
+        """The strategies of the tracked variables (for the restore agreement)."""
+        return _strategies([var for _, var in _walk(self._items())])
 
     def read(self, save_path, options=None):
         """Restore from a file written by ``write`` (the same as ``restore``; not a
@@ -627,9 +640,12 @@ class CheckpointManager:
         """Restore the latest checkpoint and return its path; without one call ``init_fn``
         (if given) and return None.
 
-        The restore itself is not a collective; ``init_fn`` may be (call this on every rank).
+        Collective under a strategy across ranks: the ranks agree on the latest checkpoint (or
+        none) and on its content before restoring (call this on every rank).
         """
         with user_call("CheckpointManager.restore_or_initialize"):
+            agree_on_restore("CheckpointManager.restore_or_initialize",
+                             self._checkpoint._strategies(), self._latest)  # restore or init alike
             if self._latest is not None:
                 self._checkpoint.restore(self._latest)
                 return self._latest
