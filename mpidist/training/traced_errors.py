@@ -14,6 +14,8 @@ import os
 import re
 import traceback
 
+import numpy as np
+
 __all__ = ["TracedValueError", "UnusedVariableWarning", "explain", "unused_message"]
 
 
@@ -120,7 +122,8 @@ def explain(err, backend):
     """The TracedValueError that explains ``err`` (raised by the loss while ``backend``
     traced it), or None when ``err`` is not one of the families above (the user's own bug,
     or an mpidist error that already says what to do)."""
-    if isinstance(err, TracedValueError) or type(err).__module__.startswith("mpidist"):
+    if isinstance(err, TracedValueError) or type(err).__module__.startswith("mpidist") \
+            or _raised_by_mpidist(err):
         return None
     names = {c.__name__ for c in type(err).__mro__}
     text = str(err)
@@ -163,9 +166,14 @@ def _names(names):
     return ", ".join(repr(n) for n in names)
 
 
-_LIBRARIES = tuple(
-    os.path.dirname(m.__file__) + os.sep for m in
-    (__import__("numpy"), __import__("mpidist")))
+_MPIDIST_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARIES = (os.path.dirname(np.__file__) + os.sep, _MPIDIST_DIR)
+
+
+def _raised_by_mpidist(err):
+    """Whether mpidist's own code raised ``err`` (its messages already say what to do)."""
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and frames[-1].filename.startswith(_MPIDIST_DIR)
 
 
 def _where(err):

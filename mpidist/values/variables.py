@@ -311,7 +311,8 @@ class Variable(metaclass=_VariableMeta):
             view = arr.view()
             view.flags.writeable = False
             return view
-        return np.array(as_array(arr), dtype=dtype, copy=True)
+        host = as_array(arr)  # a GPU value is copied to the host here: no second copy then
+        return np.array(host, dtype=dtype, copy=True if host is arr else None)
 
     def _lends(self, arr: Any) -> bool:
         """Whether ``arr`` (from ``current_array``) is this variable's own storage, which

@@ -220,3 +220,14 @@ def test_fit_refuses_per_example_losses_broadcast_to_n_by_n():
     with pytest.raises(ValueError, match=r"shape \(4, 4\) for labels of shape \(4,\).*"
                                          r"predictions\[:, 0\]"):
         mpidist.fit(Model(), dataset, optimizer=mpidist.optimizers.SGD(0.1), autodiff="autograd")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_mpidist_error_inside_the_loss_keeps_its_own_message(backend):
+    xp = XNP[backend]
+    vs = variables()
+    with pytest.raises(TypeError, match="global_batch_size must be an integer") as info:
+        mpidist.autodiff.value_and_grad(
+            lambda p: mpidist.nn.compute_average_loss(p[0] * xp.sum(p[1]), global_batch_size=1.5),
+            vs, backend=backend)
+    assert not isinstance(info.value, TracedValueError)
