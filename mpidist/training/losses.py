@@ -21,7 +21,7 @@ __all__ = ["compute_average_loss", "scale_regularization_loss", "get_loss_reduct
            "match_label_shapes"]
 
 
-def match_label_shapes(y_true, y_pred, where, pred_name="y_pred"):
+def match_label_shapes(y_true, y_pred, where, shown_pred_shape=None, note=""):
     """``(y_true, y_pred)`` with the same shape, or a ValueError naming both shapes.
 
     As Keras' ``squeeze_or_expand_to_same_rank``, a trailing dimension of 1 on the side with
@@ -29,8 +29,9 @@ def match_label_shapes(y_true, y_pred, where, pred_name="y_pred"):
     reverse); any other difference is an error instead of NumPy broadcasting, which would
     compare every label with every prediction (``(N,)`` against ``(N, 2)`` gives ``(N, 2)``,
     and ``(N,)`` against ``(1, N)`` gives ``(N, N)``) and average the wrong numbers. Works on
-    NumPy, CuPy and traced arrays. ``where`` names the caller in the message, ``pred_name``
-    what ``y_pred`` is."""
+    NumPy, CuPy and traced arrays. ``where`` names the caller in the message;
+    ``shown_pred_shape`` is the shape the user gave, where ``y_pred`` was derived from it, and
+    ``note`` says how."""
     t, p = y_true, y_pred
     if t.ndim == p.ndim + 1 and t.shape[-1] == 1:
         t = t.reshape(t.shape[:-1])
@@ -38,10 +39,11 @@ def match_label_shapes(y_true, y_pred, where, pred_name="y_pred"):
         p = p.reshape(p.shape[:-1])
     if tuple(t.shape) != tuple(p.shape):
         raise ValueError(
-            f"{where}: y_true of shape {tuple(y_true.shape)} and {pred_name} of shape "
-            f"{tuple(y_pred.shape)} do not match{_broadcast_note(t.shape, p.shape)}. The shapes "
-            "must be equal, up to one trailing dimension of 1 (as in Keras); reshape the labels "
-            "or the predictions (e.g. y.reshape(-1, 1) or predictions[:, 0]).")
+            f"{where}: y_true of shape {tuple(y_true.shape)} and y_pred of shape "
+            f"{tuple(y_pred.shape if shown_pred_shape is None else shown_pred_shape)} are not "
+            f"compatible{note}{_broadcast_note(t.shape, p.shape)}. The shapes must be equal, up "
+            "to one trailing dimension of 1 (as in Keras); reshape the labels or the "
+            "predictions (e.g. y.reshape(-1, 1) or predictions[:, 0]).")
     return t, p
 
 

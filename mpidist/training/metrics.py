@@ -415,8 +415,10 @@ class SparseCategoricalAccuracy(Mean):
                 "[N, ..., C] (C > 0) and y_true integer labels of shape [N, ...] or [N, ..., 1]."
             )
         # the labels against the predicted classes, by the losses' and metrics' one rule
+        predicted = xp.argmax(y_pred, axis=-1)
         t, predicted = match_label_shapes(
-            y_true, xp.argmax(y_pred, axis=-1), f"Metric {self._name!r}",
-            f"the classes predicted by y_pred of shape {tuple(y_pred.shape)} (its argmax)")
+            y_true, predicted, f"Metric {self._name!r}", y_pred.shape,
+            f" (y_pred's predicted classes, its argmax over the last axis, have shape "
+            f"{tuple(predicted.shape)})")
         _check_class_labels(self, xp, t, y_pred.shape[-1])
         return self._mean_deltas(xp, t == predicted, w)
