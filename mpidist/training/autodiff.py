@@ -19,6 +19,7 @@ device arrays. A trace replaces ``GradientTape`` because both libraries differen
 function, not a block of statements.
 """
 
+import functools
 import numbers
 import sys
 import warnings
@@ -262,51 +263,53 @@ def _like(grad, param):
 # -- autograd ----------------------------------------------------------------------------------
 def _with_autograd(loss_of, structured, single, params, check=False):
     """``(loss, aux, gradients, unused)``: ``unused`` lists the positions of the variables the
-    loss's trace never reached (only when ``check``)."""
+    backward pass never reached (only when ``check``)."""
     import autograd  # noqa: PLC0415 - an optional extra
     from autograd.tracer import getval  # noqa: PLC0415
 
     holder = {}
     count = len(params)
+    reached = set()
+    tap = _autograd_tap() if check else None
 
     def scalar(boxed):
-        # One box per variable (taken from the list's box), so that the trace shows which
-        # variables the loss reached.
-        elements = [boxed[i] for i in range(count)]
+        # One box per variable, taken from the list's box; when checking, each passes through
+        # an identity whose backward step records that the gradient reached it.
+        elements = [boxed[i] if tap is None else tap(boxed[i], i, reached) for i in range(count)]
         p = elements[0] if single else \
             (tuple(elements) if isinstance(structured, tuple) else elements)
         loss, aux = loss_of(p)
         _check_scalar(getval(loss), "autograd")
-        holder.update(aux=aux, elements=elements, end=loss)
+        holder["aux"] = aux
         return loss
 
     vjp, loss = autograd.make_vjp(scalar)(list(params))
     grads = list(vjp(np.ones_like(getval(loss))))
-    unused = _unreached(holder["end"], holder["elements"]) if check else ()
+    unused = [i for i in range(count) if i not in reached] if check else ()
     aux = _map_leaves(getval, holder.get("aux"))
     loss = np.asarray(getval(loss)).reshape(())
     return loss, aux, grads, unused
 
 
-def _unreached(end, elements):
-    """Positions of ``elements`` (autograd boxes) that the box ``end`` was not computed from:
-    a walk of the recorded graph from ``end`` towards its inputs."""
-    from autograd.tracer import isbox  # noqa: PLC0415
+@functools.cache
+def _autograd_tap():
+    """``tap(x, i, reached)``: ``x`` itself, as an autograd primitive whose backward step adds
+    ``i`` to ``reached``. autograd runs the backward step of exactly the operations the loss
+    was computed from, so a variable whose tap never runs does not enter the loss."""
+    from autograd.extend import defvjp, primitive  # noqa: PLC0415 - an optional extra
 
-    if not isbox(end):
-        return list(range(len(elements)))  # the loss depends on no parameter at all
-    position = {id(e._node): i for i, e in enumerate(elements)}
-    reached, seen, stack = set(), set(), [end._node]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if id(node) in position:
-            reached.add(position[id(node)])
-        else:
-            stack.extend(node.parents)
-    return [i for i in range(len(elements)) if i not in reached]
+    @primitive
+    def tap(x, i, reached):
+        return x
+
+    def tap_vjp(ans, x, i, reached):
+        def vjp(g):
+            reached.add(i)
+            return g
+        return vjp
+
+    defvjp(tap, tap_vjp)
+    return tap
 
 
 # -- JAX ----------------------------------------------------------------------------------------
