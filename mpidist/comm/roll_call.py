@@ -11,12 +11,12 @@ came, so every waiting rank reports the same names.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mpidist.core.waiting import WaitKind, wait_until
+from mpidist.errors import DeadlineExceededError
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -97,15 +97,19 @@ class RollCall:
 
     def _report_from_rank0(self, grace: float) -> list[int] | None:
         mpi, status = self._mpi, self._mpi.Status()
-        end = time.monotonic() + grace
-        while time.monotonic() < end:
-            message = self._base.Improbe(0, MISSING_TAG, status)
-            if message is not None:
-                box = np.zeros(status.Get_count(mpi.INT32_T), dtype=np.int32)
-                message.Recv(box)  # wait-ok: the message is already matched (Improbe)
-                return [int(r) for r in box]
-            time.sleep(0.01)
-        return None
+        found: list[Any] = []
+
+        def answered() -> bool:
+            found.append(self._base.Improbe(0, MISSING_TAG, status))
+            return found[-1] is not None
+
+        try:
+            wait_until(answered, "rank 0's list of the missing ranks", "rank 0", timeout=grace)
+        except DeadlineExceededError:
+            return None
+        box = np.zeros(status.Get_count(mpi.INT32_T), dtype=np.int32)
+        found[-1].Recv(box)  # wait-ok: the message is already matched (Improbe)
+        return [int(r) for r in box]
 
     def report(self, grace: float = 2.0) -> str:
         """A sentence naming the missing ranks (for the timeout's error)."""
