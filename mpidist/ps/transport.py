@@ -140,6 +140,7 @@ class MPITransport(Transport):
     collective: every rank of the job must build it, in the same order as other collectives."""
 
     def __init__(self) -> None:
+        from mpidist.comm.arrival import private_duplicate  # noqa: PLC0415 - MPI starts only when needed
         from mpidist.comm.mpi import install_abort_on_exception, mpi_module  # noqa: PLC0415 - MPI starts only when needed
 
         self._mpi = mpi = mpi_module()
@@ -147,7 +148,10 @@ class MPITransport(Transport):
         self.rank, self.size = world.Get_rank(), world.Get_size()
         if self.size > 1:  # an uncaught error on any rank ends the job instead of a hang
             install_abort_on_exception()
-        self._comms = (world.Dup(), world.Dup())
+        # Every rank must arrive (bounded by MPIDIST_CONSTRUCTION_TIMEOUT, then a report).
+        self._comms = (private_duplicate(world, "a ParameterServerStrategy job (its data channel)"),
+                       private_duplicate(world, "a ParameterServerStrategy job (its control "
+                                                "channel)"))
         self._lock = threading.Lock()
         # (request, buffer, dest) of Isends not yet complete: the buffer stays alive until then.
         self._pending: list[tuple[Any, Any, int]] = []

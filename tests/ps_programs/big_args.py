@@ -1,17 +1,23 @@
-"""Memory of large ``schedule`` arguments on the chief (issue 22, item 7): 12 closures, each
-given its own 100 MiB array, on chief + 1 ps + 2 workers. The chief prints ``RSS {json}``:
+"""Memory of large ``schedule`` arguments on the chief (issue 22, item 7): usage
+``big_args.py [MIB] [CALLS]``: CALLS closures (default 12), each given its own MIB MiB array
+(default 100), on chief + 1 ps + 2 workers. The chief prints ``RSS {json}``:
 its resident memory (MiB) before scheduling, after scheduling, after ``join()`` and the peak.
 Each argument should be released once it was sent and its closure finished, not kept until
 many sends pile up."""
 
 import json
 import resource
+import sys
 
 import numpy as np
 from _common import say
 
 import mpidist
 from mpidist.experimental.coordinator import ClusterCoordinator
+
+
+MIB = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+CALLS = int(sys.argv[2]) if len(sys.argv) > 2 else 12
 
 
 def rss_mib():
@@ -30,7 +36,7 @@ def total(x):
 
 
 before = rss_mib()
-results = [coordinator.schedule(total, args=(np.ones(100 * 2**20 // 8),)) for _ in range(12)]
+results = [coordinator.schedule(total, args=(np.ones(MIB * 2**20 // 8),)) for _ in range(CALLS)]
 scheduled = rss_mib()
 coordinator.join()
 values = [rv.fetch() for rv in results]
