@@ -221,9 +221,13 @@ class MPITransport(Transport):
     def close(self, timeout: float = 5.0) -> None:
         """Wait (at most ``timeout`` seconds) for pending sends to complete, then abandon the
         rest: a send to a dead peer never completes (``unsent()`` names the peers)."""
+        def all_sent() -> bool:
+            self.progress()
+            return not self._pending
+
         try:
-            wait_until(lambda: (self.progress(), not self._pending)[1],
-                       "pending sends to complete", f"ranks {self.unsent()}", timeout=timeout,
+            wait_until(all_sent, "pending sends to complete", f"ranks {self.unsent()}",
+                       timeout=timeout,
                        setting="the transport's close timeout")
         except DeadlineExceededError:
             pass  # abandoned: the caller learns to whom from unsent()
