@@ -31,6 +31,7 @@ from mpidist.backend import array_module
 from mpidist.backend.traced import namespace_of, traced_kind
 from mpidist.core.messages import named_instance, short_repr
 from mpidist.strategies.context import get_strategy
+from mpidist.training.losses import check_per_example
 from mpidist.training.traced_errors import (TracedValueError, UnusedVariableWarning, explain,
                                             unused_message)
 from mpidist.values.variables import Variable, record_direct_reads
@@ -472,27 +473,5 @@ def _split_loss_output(out, y):
             f"model.loss(params, x, y) must return the per-example losses (one per example of "
             f"the batch, shape (batch,)) or (per_example_losses, predictions); got "
             f"{short_repr(per_example)}. fit sums them over the global batch itself.")
-    _check_rows(tuple(per_example.shape), tuple(getattr(y, "shape", ())))
+    check_per_example(per_example, y, "model.loss(params, x, y)")
     return per_example, predictions
-
-
-def _check_rows(shape, label_shape):
-    """The per-example losses must have one row per example of ``y``: another count, or an
-    ``(N, N)`` block from ``(N,)`` labels (predictions ``(N, 1)`` minus labels ``(N,)``
-    broadcast to every pair), would make fit average the wrong numbers."""
-    if not label_shape:
-        return
-    rows = label_shape[0]
-    if shape[0] != rows:
-        raise ValueError(
-            f"model.loss(params, x, y) returned per-example losses of shape {shape} for a batch "
-            f"of {rows} examples (y of shape {label_shape}); return one loss per example, shape "
-            f"({rows},).")
-    if len(shape) >= 2 and rows > 1 and shape[1] == rows and len(label_shape) <= 2 \
-            and label_shape[1:] in ((), (1,)):
-        raise ValueError(
-            f"model.loss(params, x, y) returned per-example losses of shape {shape} for labels "
-            f"of shape {label_shape}: predictions and labels of different ranks (e.g. "
-            f"({rows}, 1) and ({rows},)) were broadcast against each other, comparing every "
-            "prediction with every label. Make their shapes equal first (e.g. "
-            "predictions[:, 0], or y.reshape(-1, 1)).")

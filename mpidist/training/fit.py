@@ -39,6 +39,7 @@ from mpidist.strategies.alone_warning import warn_if_alone
 from mpidist.strategies.context import get_replica_context, get_strategy
 from mpidist.training.autodiff import BACKENDS, model_loss_and_gradients, model_per_example_loss
 from mpidist.training.callbacks import BackupAndRestore, History, check_callbacks
+from mpidist.training.losses import check_per_example
 from mpidist.training.optimizers import Optimizer
 from mpidist.types import ReduceOp
 
@@ -67,7 +68,9 @@ def _model_outputs(model, x, y, autodiff):
     """``(per_example_loss, gradients[, predictions])`` of one replica's batch: the model's
     own backward pass where it has one, else its ``loss`` differentiated by ``autodiff``."""
     if hasattr(model, "loss_and_gradients"):
-        return model.loss_and_gradients(x, y)
+        outputs = model.loss_and_gradients(x, y)
+        check_per_example(outputs[0], y, "loss_and_gradients(x, y)")
+        return outputs
     return model_loss_and_gradients(model, x, y, backend=autodiff)
 
 
@@ -403,6 +406,7 @@ def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0, autodiff=N
         else:
             outputs = model.loss_and_gradients(x, y)
             per_example = outputs[0]
+        check_per_example(per_example, y, "the model's per-example loss")
         _update_metrics(metrics, model, x, y, outputs)
         return _loss_totals(per_example)
 

@@ -18,7 +18,32 @@ from mpidist.types import ReduceOp
 from mpidist.values.containers import DistributedValues
 
 __all__ = ["compute_average_loss", "scale_regularization_loss", "get_loss_reduction",
-           "match_label_shapes"]
+           "match_label_shapes", "check_per_example"]
+
+
+def check_per_example(per_example, y, source):
+    """ValueError unless ``per_example`` (the losses a model's ``source`` returned for labels
+    ``y``) has one row per example: another count, or an ``(N, N)`` block from ``(N,)`` or
+    ``(N, 1)`` labels (predictions ``(N, 1)`` minus labels ``(N,)`` broadcast to every pair),
+    would make ``fit`` and ``evaluate`` average the wrong numbers. Shapes only: no data is
+    read."""
+    shape = tuple(getattr(per_example, "shape", ()))
+    label_shape = tuple(getattr(y, "shape", ()))
+    if not shape or not label_shape:
+        return
+    rows = label_shape[0]
+    if shape[0] != rows:
+        raise ValueError(
+            f"{source} returned per-example losses of shape {shape} for a batch of {rows} "
+            f"examples (y of shape {label_shape}); return one loss per example, shape "
+            f"({rows},).")
+    if len(shape) >= 2 and rows > 1 and shape[1] == rows and label_shape[1:] in ((), (1,)):
+        raise ValueError(
+            f"{source} returned per-example losses of shape {shape} for labels of shape "
+            f"{label_shape}: predictions and labels of different ranks (e.g. ({rows}, 1) and "
+            f"({rows},)) were broadcast against each other, comparing every prediction with "
+            "every label. Make their shapes equal first (e.g. predictions[:, 0], or "
+            "y.reshape(-1, 1)).")
 
 
 def match_label_shapes(y_true, y_pred, where, shown_pred_shape=None, note=""):

@@ -222,3 +222,26 @@ def test_sparse_labels_outside_the_classes_are_refused(labels, words):
     with pytest.raises(ValueError, match=rf"class indices in \[0, 3\).*{words}"):
         metric.update_state(np.array(labels), np.eye(3))
     assert metric.result() == 0.0
+
+
+@pytest.mark.parametrize("labels", [(4,), (4, 1)])
+def test_fit_and_evaluate_refuse_n_by_n_losses_from_a_hand_written_model(labels):
+    x = np.ones((4, 3), np.float32)
+    y = np.ones(labels, np.float32)
+
+    class Model:
+        def __init__(self):
+            self.w = mpidist.Variable(np.zeros((3, 1), np.float32), name="w")
+            self.trainable_variables = [self.w]
+
+        def loss_and_gradients(self, x, y):
+            err = x @ self.w.read_value() - y.reshape(-1)  # (4, 1) - (4,): (4, 4)
+            return err ** 2, [np.zeros((3, 1), np.float32)]
+
+    dataset = mpidist.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    words = r"loss_and_gradients\(x, y\) returned per-example losses of shape \(4, 4\)"
+    with pytest.raises(ValueError, match=words):
+        mpidist.fit(Model(), dataset, optimizer=mpidist.optimizers.SGD(0.1))
+    with pytest.raises(ValueError, match=r"per-example loss returned per-example losses of "
+                                         r"shape \(4, 4\)"):
+        mpidist.evaluate(Model(), dataset)
