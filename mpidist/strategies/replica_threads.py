@@ -94,6 +94,7 @@ class ReplicaRunner:
         self._make_replica_context = make_replica_context
         self._workers: list[_Worker] | None = None
         self._lock = threading.Lock()  # one run at a time per strategy
+        self._owner: int | None = None  # the thread whose run holds the lock
 
     def _ensure_workers(self) -> list[_Worker]:
         if self._workers is None:
@@ -107,11 +108,17 @@ class ReplicaRunner:
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
             ) -> list[Any]:
         """Call ``fn`` on every replica; returns the list of per-replica results."""
+        if self._owner == threading.get_ident():  # a merge_fn re-entering: it would wait forever
+            raise RuntimeError(
+                "strategy.run was called inside a merge_fn (or extended.update) of the same "
+                "strategy's strategy.run, whose replica threads are parked in merge_call: mpidist "
+                "runs one strategy.run at a time per strategy. Call it after the outer run returns.")
         if not self._lock.acquire(timeout=deadline_seconds(WaitKind.LOCAL)):
             raise DeadlineExceededError(
                 f"strategy.run waited {deadline_seconds(WaitKind.LOCAL):g} s for the previous "
                 "strategy.run of this strategy (on another thread) to end; one run at a time "
                 "per strategy. Raise MPIDIST_WAIT_TIMEOUT if that run is only slow.")
+        self._owner = threading.get_ident()
         try:
             workers = self._ensure_workers()
             run = _Run(len(self._devices))
@@ -124,6 +131,7 @@ class ReplicaRunner:
                 self._abandon(run)
                 raise
         finally:
+            self._owner = None
             self._lock.release()
 
     def _job(self, run: _Run, i: int, fn: Callable[..., Any], args: tuple[Any, ...],
