@@ -81,6 +81,7 @@ class Dispatcher:
         roles = runtime.roles
         now = time.monotonic()
         self._workers = [_Worker(task, rank, now) for task, rank in enumerate(roles.worker_ranks)]
+        self._ps_seen = {rank: now for rank in roles.ps_ranks}  # their heartbeats
         self._cond = threading.Condition()
         self._queue: collections.deque[Closure] = collections.deque()
         self._error: BaseException | None = None   # the first closure error, raised once
@@ -261,6 +262,9 @@ class Dispatcher:
 
     def _on_message(self, source: int, tag: int, buffer: Any) -> None:
         task_type, task = self._runtime.roles.task_of(source)
+        if task_type == "ps":
+            self._ps_seen[source] = time.monotonic()
+            return
         if task_type != "worker":
             return
         worker = self._workers[task]
@@ -346,6 +350,26 @@ class Dispatcher:
             for worker in self._workers:
                 if worker.alive and now - worker.last_seen > self._heartbeat_limit:
                     self._fail(worker, f"no heartbeat for {now - worker.last_seen:.1f} s")
+            for rank, seen in self._ps_seen.items():
+                if now - seen > self._heartbeat_limit and rank not in self.lost:
+                    self._fail_ps(rank, now - seen)
+
+    def _fail_ps(self, rank: int, silent: float) -> None:
+        """A parameter server stopped its heartbeats: fatal at once (its variables are gone),
+        without waiting for a request's MPIDIST_PS_TIMEOUT."""
+        from mpidist.ps.coordinator import PSUnavailableError  # noqa: PLC0415 - defined beside the coordinator
+
+        where = self._runtime.roles.describe(rank)
+        reason = f"no heartbeat for {silent:.1f} s"
+        log.warning("parameter server %s failed (%s)", where, reason)
+        self.lost[rank] = reason
+        if self._fatal is None:
+            self._fatal = PSUnavailableError(
+                f"parameter server {where} is gone: {reason} (one every "
+                f"{get_config().ps_heartbeat_seconds:g} s, MPIDIST_PS_HEARTBEAT_SECONDS; three "
+                "missed mark it failed). A parameter server that fails cannot be replaced: "
+                "restart the job and restore the latest checkpoint (docs/ps.md, 'Failures').")
+        self._cond.notify_all()
 
     def _fail(self, worker: _Worker, reason: str) -> None:
         where = self._runtime.roles.describe(worker.rank)

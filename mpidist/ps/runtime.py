@@ -21,6 +21,7 @@ from mpidist.ps.client import PSClient, use_client
 from mpidist.ps.faults import Faults
 from mpidist.ps.roles import ClusterRoles, resolve_roles
 from mpidist.ps.serialization import dumps_payload, loads_payload, pack_frames, unpack_frames
+from mpidist.ps.server import HEARTBEAT_TAG
 from mpidist.ps.transport import (CTRL, DATA, LocalFabric, LocalTransport, MPITransport,
                                   Transport)
 from mpidist.ps.wire import REQUEST_TAG, Op, encode_request
@@ -38,7 +39,7 @@ class Tag:
 
     WORK = 1       # chief -> worker: a closure to run
     RESULT = 2     # worker -> chief: its result or error
-    HEARTBEAT = 3  # worker -> chief: alive
+    HEARTBEAT = HEARTBEAT_TAG  # worker or ps -> chief, chief -> worker: alive
     HELLO = 4      # worker -> chief, once: ready, with its local device count
     SHUTDOWN = 5   # chief -> worker: stop serving
     BYE = 6        # worker -> chief: stopped

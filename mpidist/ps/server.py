@@ -12,6 +12,7 @@ ChiefGoneError, when the chief has been silent (no request, no heartbeat PING) f
 ``MPIDIST_PS_COORDINATOR_TIMEOUT`` seconds.
 """
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +28,7 @@ from mpidist.ps.faults import Faults
 from mpidist.ps.roles import ClusterRoles
 from mpidist.ps.liveness import ChiefWatch
 from mpidist.ps.serialization import dumps_error
-from mpidist.ps.transport import ANY, DATA, Backoff, Transport
+from mpidist.ps.transport import ANY, CTRL, DATA, Backoff, Transport
 from mpidist.ps.wire import REQUEST_TAG, Op, Request, decode_request, encode_reply, unpack_dtype
 
 __all__ = ["ParameterServer", "STATUS_OK", "STATUS_ERROR"]
@@ -36,6 +37,7 @@ log = get_logger("mpidist.ps")
 
 STATUS_OK = 0
 STATUS_ERROR = 1
+HEARTBEAT_TAG = 3  # runtime.Tag.HEARTBEAT (the control channel's; runtime imports this module)
 
 
 class ParameterServer:
@@ -74,6 +76,24 @@ class ParameterServer:
         watch = ChiefWatch(self._roles)
         task_id = self._roles.task_of(transport.rank)[1]
         idle_checks = 0
+        beating = threading.Event()
+        threading.Thread(target=self._heartbeats, args=(beating,), daemon=True,
+                         name=f"mpidist-ps-heartbeat-{task_id}").start()
+        try:
+            self._serve(transport, chief, watch, task_id, backoff, idle_checks)
+        finally:
+            beating.set()
+
+    def _heartbeats(self, stop: threading.Event) -> None:
+        """Tell the chief this server is alive, every ``MPIDIST_PS_HEARTBEAT_SECONDS`` (three
+        missed make it a failed ps at once, instead of after a request's MPIDIST_PS_TIMEOUT). An
+        injected hang keeps them: the process is alive, only its answers stop."""
+        interval = get_config().ps_heartbeat_seconds
+        while not stop.wait(interval):  # wait-ok: the heartbeat period, until serve() returns
+            self._transport.send(CTRL, self._roles.chief_rank, HEARTBEAT_TAG, b"")
+
+    def _serve(self, transport: Transport, chief: int, watch: ChiefWatch, task_id: int,
+               backoff: Backoff, idle_checks: int) -> None:
         while True:  # the job's lifetime: it ends at SHUTDOWN, or when the chief is gone
             got = transport.try_recv(DATA, ANY, REQUEST_TAG)
             if got is None:

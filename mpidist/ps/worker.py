@@ -87,6 +87,7 @@ class WorkerLoop:
         self._running: _Running | None = None
         self._gone: ChiefGoneError | None = None  # set by the watchdog (in-process clusters)
         self._abandoned = False  # a closure ran past its deadline: no more work runs here
+        self._shutdown: Any = None  # a SHUTDOWN the watchdog took while a closure ran
         self.finalize = True  # False when the chief's SHUTDOWN says a rank of the job is lost
 
     def serve(self) -> None:
@@ -102,6 +103,9 @@ class WorkerLoop:
                 if got is None:
                     if self._gone is not None:
                         raise self._gone
+                    if self._shutdown is not None:
+                        self._on_shutdown(self._shutdown)
+                        return
                     backoff.pause()
                     continue
                 backoff.reset()
@@ -137,6 +141,9 @@ class WorkerLoop:
             # Only the chief's heartbeats: the main thread takes every other message.
             while transport.try_recv(CTRL, self._chief, Tag.HEARTBEAT) is not None:
                 self._watch.heard()
+            if self._shutdown is None and (got := transport.try_recv(CTRL, self._chief,
+                                                                     Tag.SHUTDOWN)) is not None:
+                self._shutdown_now(got[2])
             transport.progress()
             self._check_closure()
             try:
@@ -146,6 +153,18 @@ class WorkerLoop:
                     leave_without_finalize(1, str(gone))
                 self._gone = gone
                 return
+
+    def _shutdown_now(self, buffer: Any) -> None:
+        """The chief ended the job while this worker's main thread may be inside a closure
+        (waiting on a lost ps, say): a job that lost a rank is left at once (no MPI_Finalize);
+        a normal shutdown is handed to the main loop."""
+        word = decode_control(buffer)
+        lost = isinstance(word, dict) and not word.get("finalize", True)
+        if lost and self._runtime.transport.owns_process:
+            send_control(self._runtime.transport, self._chief, Tag.BYE, self._task_id)
+            self._runtime.transport.close(1.0)
+            leave_without_finalize(1)
+        self._shutdown = buffer
 
     def _check_closure(self) -> None:
         """Fail the running closure past its deadline (once): the chief gets a STUCK result
