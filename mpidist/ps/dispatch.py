@@ -21,6 +21,7 @@ from mpidist.core import nest
 from mpidist.core.waiting import join_thread, wait_until
 from mpidist.errors import DeadlineExceededError, UnavailableError
 from mpidist.logs import get_logger
+from mpidist.ps.liveness import announce, ignore_interrupts, loss_report
 from mpidist.ps.remote_value import PerWorkerValues, RemoteValue, result_timeout
 from mpidist.ps.client import use_client
 from mpidist.ps.runtime import Outcome, Tag, TaskRuntime, decode_result, send_control, stop_workers
@@ -423,6 +424,10 @@ class Dispatcher:
         except DeadlineExceededError as err:
             log.warning("%s", err)
         alive = [w.rank for w in self._workers if w.alive and w.rank not in self.lost]
+        if self.lost and self._runtime.transport.owns_process:
+            # Said before any rank is told to leave: the launcher may end this one soon after.
+            ignore_interrupts()
+            announce(loss_report(self._runtime.roles, self.lost))
         stop_workers(self._runtime.transport, self._runtime.roles, alive, min(timeout, 30.0),
                      finalize=not self.lost)
 

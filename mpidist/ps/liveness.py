@@ -13,6 +13,7 @@ hearing from the chief (whose ``runtime.ChiefPulse`` speaks every
 import atexit
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from mpidist.core.waiting import Wait, wait_until
 from mpidist.ps.roles import ClusterRoles
 
 __all__ = ["ChiefGoneError", "ChiefWatch", "leave_without_finalize", "skip_finalize_at_exit",
-           "CHIEF_GONE_EXIT_CODE"]
+           "CHIEF_GONE_EXIT_CODE", "announce", "loss_report", "ignore_interrupts"]
 
 CHIEF_GONE_EXIT_CODE = 1
 
@@ -32,11 +33,34 @@ class ChiefGoneError(ConnectionError):
     """The chief stopped speaking: the rank that notices ends (``leave_without_finalize``)."""
 
 
+def announce(message: str) -> None:
+    """Write ``message`` to stderr, prefixed with this rank, and flush (before anything that
+    may end the process: a launcher interrupts the other ranks when one leaves)."""
+    sys.stderr.write(f"[mpidist {_label()}] {message}\n")
+    sys.stderr.flush()
+
+
+def loss_report(roles: ClusterRoles, lost: dict[int, str]) -> str:
+    """The chief's one line about the ranks a job lost, and how it ends."""
+    what = "; ".join(f"{roles.describe(rank)}: {why}" for rank, why in sorted(lost.items()))
+    return (f"the job ends with exit code 1: it lost {what}. Every rank leaves without "
+            "MPI_Finalize (it would wait for the lost ranks).")
+
+
+def ignore_interrupts() -> None:
+    """From now on this rank is ending: a launcher's SIGINT (sent when another rank leaves)
+    must not cut its report short."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:
+        pass  # not the main thread
+
+
 def leave_without_finalize(code: int, message: str | None = None) -> None:
     """End this process now without MPI_Finalize (which waits for every rank, dead ones
     included): write ``message`` (prefixed with the rank), flush the output, ``os._exit``."""
     if message:
-        sys.stderr.write(f"[mpidist {_label()}] {message}\n")
+        announce(message)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -110,10 +110,9 @@ def shutdown_job(strategy: ParameterServerStrategy) -> None:
     runtime.transport.close()
     if not runtime.transport.owns_process or not (lost or fatal):
         return
-    what = "; ".join(f"{runtime.roles.describe(rank)}: {why}" for rank, why in sorted(lost.items()))
-    reason = f"it lost {what}" if lost else f"a parameter server failed ({fatal})"
-    leave_without_finalize(1, f"the job ends with exit code 1: {reason}. Every rank leaves "
-                              "without MPI_Finalize (it would wait for the lost ranks).")
+    # The coordinator reported the loss before it told the ranks to leave.
+    leave_without_finalize(1, None if lost else f"the job ends with exit code 1: a parameter "
+                                                f"server failed ({fatal}).")
 
 
 class Server:
