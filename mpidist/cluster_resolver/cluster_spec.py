@@ -117,7 +117,8 @@ class ClusterSpec:
         try:
             return self._cluster[job_name]
         except (KeyError, TypeError):
-            raise ValueError(f"No such job in cluster: {job_name!r}") from None
+            raise ValueError(f"No such job in cluster: {job_name!r} (job_name must be one of "
+                             f"{sorted(self._cluster)})") from None
 
     @accepts(job_name=str)
     def num_tasks(self, job_name):
@@ -148,7 +149,8 @@ class ClusterSpec:
         try:
             return job[task_index]
         except (KeyError, TypeError):
-            raise ValueError(f"No task with index {task_index!r} in job {job_name!r}") from None
+            raise ValueError(f"No task with index {task_index!r} in job {job_name!r}: "
+                             f"task_index must be one of {sorted(job)}.") from None
 
     @accepts(job_name=str)
     def job_tasks(self, job_name):

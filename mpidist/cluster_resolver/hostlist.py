@@ -109,8 +109,8 @@ def expand_tasks_per_node(tasks_per_node):
     """
     if not isinstance(tasks_per_node, str):
         raise TypeError(
-            f"A tasks-per-node list must be a string, got {type(tasks_per_node).__name__} "
-            f"{tasks_per_node!r}."
+            f"A tasks-per-node list (tasks_per_node) must be a string such as '3(x2),1', got "
+            f"{type(tasks_per_node).__name__} {tasks_per_node!r}."
         )
     result = []
     for part in tasks_per_node.split(","):
@@ -118,7 +118,7 @@ def expand_tasks_per_node(tasks_per_node):
         if m is None:
             raise ValueError(
                 f'Invalid tasks-per-node list format "{tasks_per_node}": bad part {part!r} '
-                "(expected N or N(xM))"
+                "(expected N or N(xM)); tasks_per_node is e.g. '3(x2),1'"
             )
         result.extend([int(m.group(1))] * int(m.group(2) or 1))
     return result

@@ -32,11 +32,14 @@ import typing
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
+import numpy as np
+
 from mpidist.core.messages import short_repr
 from mpidist.errors import InvalidArgumentError
 
 __all__ = ["accepts", "Positive", "NonNegative", "InRange", "NonEmpty", "OneOf", "Confusion",
-           "ArrayLike", "Number", "describe_value", "checked_callables"]
+           "ArrayLike", "Number", "DType", "DTypeStructure", "describe_value",
+           "checked_callables", "check_call"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -119,6 +122,22 @@ class _ArrayLike:
 ArrayLike = _ArrayLike
 """Declares an array argument (see ``_ArrayLike``)."""
 
+class _DType:
+    """Marker: what ``numpy.dtype`` accepts as one dtype: a ``np.dtype``, a NumPy or Python
+    scalar type (``np.float32``, ``float``) or a dtype name (``"float32"``, ``"int64"``); never a
+    structured-dtype list or dict, a number, or a class that is not a scalar type."""
+
+
+class _DTypeStructure:
+    """Marker: a ``DType`` or a (nested) tuple, list or dict of them (``output_types``)."""
+
+
+DType = _DType
+"""Declares a dtype argument (see ``_DType``); ``DType | None`` where None means a default."""
+
+DTypeStructure = _DTypeStructure
+"""Declares a structure of dtypes (see ``_DTypeStructure``)."""
+
 Number = typing.Annotated[float, "number"]
 """A real number (int, float, NumPy scalar), not a bool and not a string."""
 
@@ -167,7 +186,8 @@ def _is_array_like(v: Any) -> bool:
         return True
     if hasattr(t, "__array__") and t is not type:  # NumPy/CuPy arrays and scalars, variables
         return True
-    if isinstance(v, (str, bytes, type, types.MethodType, types.FunctionType)) or v is None:
+    if isinstance(v, (str, bytes, type, types.MethodType, types.FunctionType,
+                      collections.abc.Mapping, collections.abc.Set)) or v is None:
         return False
     if isinstance(v, (list, tuple)):
         return all(_is_array_like(x) for x in v)
@@ -176,6 +196,33 @@ def _is_array_like(v: Any) -> bool:
     return (hasattr(v, "__array__") or hasattr(v, "__cuda_array_interface__")
             or hasattr(v, "values") or hasattr(v, "dtype"))
 
+
+def _is_dtype(v: Any) -> bool:
+    if isinstance(v, np.dtype):
+        return True
+    if isinstance(v, type):
+        # np.dtype(AnyClass) is the object dtype: only scalar types (and object) are dtypes
+        return issubclass(v, (np.generic, int, float, complex, bool, str, bytes)) or v is object
+    if isinstance(v, str):
+        try:
+            np.dtype(v)
+        except (TypeError, ValueError):
+            return False
+        return True
+    return False
+
+
+def _is_dtype_structure(v: Any) -> bool:
+    if isinstance(v, (tuple, list)):
+        return all(_is_dtype_structure(x) for x in v)
+    if isinstance(v, dict):
+        return all(_is_dtype_structure(x) for x in v.values())
+    return _is_dtype(v)
+
+
+_DTYPE_TEXT = "a NumPy dtype (e.g. np.float32 or 'float32')"
+_DTYPE_FIX = Confusion(lambda v: isinstance(v, str),
+                       "use a NumPy dtype name such as 'float32', 'float64' or 'int64'")
 
 _SCALARS: dict[type, _Check] = {
     int: _Check(_is_int, "an int", (int,)),
@@ -222,6 +269,11 @@ def _compile(hint: Any, globalns: dict[str, Any]) -> _Check:
         return _Check(lambda v: v is None, "None", (type(None),))
     if hint is _ArrayLike:
         return _Check(_is_array_like, "an array or a number (or a nested list of numbers)")
+    if hint is _DType or hint is _DTypeStructure:
+        check = _Check(_is_dtype, _DTYPE_TEXT) if hint is _DType else _Check(
+            _is_dtype_structure, _DTYPE_TEXT + " or a (nested) tuple/dict of them")
+        check.confusions = [_DTYPE_FIX]
+        return check
     if hint in _SCALARS:
         return _SCALARS[hint]
     origin = typing.get_origin(hint)
@@ -281,6 +333,8 @@ def _compile(hint: Any, globalns: dict[str, Any]) -> _Check:
     if origin in (dict, collections.abc.Mapping):
         return _Check(_bind_isinstance((collections.abc.Mapping,)), "a dict",
                       (dict,))
+    if hint in (collections.abc.Iterable, collections.abc.Collection, collections.abc.Sequence):
+        return _sequence_check(hint, _ANY)  # the bare ABCs: a str or a 0-d array is no list
     if isinstance(hint, type):
         if typing.Protocol in getattr(hint, "__mro__", ()) and not _runtime_checkable(hint):
             return _ANY
@@ -349,12 +403,20 @@ def _sequence_check(origin: Any, element: _Check) -> _Check:
     kinds: tuple[type, ...] = (list, tuple)
     if origin in (collections.abc.Iterable, collections.abc.Collection):
         def ok(v: Any) -> bool:
+            t = type(v)
+            if t is list or t is tuple:  # the usual case first: no ABC lookup
+                return element is _ANY or all(element.ok(x) for x in v)
             if isinstance(v, (str, bytes, type)) or not isinstance(v, collections.abc.Iterable) \
                     or getattr(v, "ndim", 1) == 0:  # a 0-d array is Iterable but not iterable
                 return False
-            if element is _ANY or not isinstance(v, (list, tuple)):
-                return True  # an iterator is not consumed to check its items
-            return all(element.ok(x) for x in v)
+            if element is _ANY:
+                return True
+            if isinstance(v, np.ndarray):  # its items, without consuming anything
+                return v.size == 0 or (all(element.ok(x) for x in v) if v.dtype == object
+                                       else element.ok(v.flat[0]))
+            if isinstance(v, (collections.abc.Set, collections.abc.Mapping)):
+                return all(element.ok(x) for x in v)  # a dict iterates over its keys
+            return not isinstance(v, (list, tuple)) or all(element.ok(x) for x in v)
         text = "an iterable"
     else:
         if origin in (set, frozenset):
@@ -406,14 +468,16 @@ def _fixes(check: _Check, value: Any) -> list[str]:
                      "(a method or function was passed, not what it returns)")
     elif isinstance(value, str) and (set(classes) & {int, float}) and _parses(value):
         fixes.append(f"pass the number {value.strip()}, not the string {value!r}")
-    elif check.element is not None and not isinstance(value, (list, tuple, str)) \
+    elif check.element is not None and not isinstance(value, (list, tuple)) \
             and check.element.ok(value):
         fixes.append(f"pass a list, e.g. [{short_repr(value, 30)}], even for one item")
     elif check.element is not None and isinstance(value, (list, tuple)):
         bad = next((x for x in value if not check.element.ok(x)), None)
         if bad is not None or any(x is None for x in value):
             fixes.append(f"its item {describe_value(bad)} is not "
-                         f"{check.element.text}")
+                         f"{check.element.text}"
+                         + (f": pass an instance, {bad.__qualname__}()"
+                            if isinstance(bad, type) else ""))
     return fixes
 
 
@@ -451,6 +515,73 @@ def _where(fn: Callable[..., Any]) -> str:
     return qualname
 
 
+class _Missing:
+    """An argument the call did not pass (its default is not checked)."""
+
+    def __repr__(self) -> str:
+        return "<not passed>"
+
+
+_MISSING = _Missing()
+
+
+def _constructor_where(where: str) -> Callable[[Any], str]:
+    """A constructor's message names the class the user called (a subclass inherits it)."""
+    def where_of(self: Any) -> str:
+        if self is _MISSING:
+            return where
+        return (self if isinstance(self, type) else type(self)).__qualname__
+    return where_of
+
+
+def _checker(fn: Callable[..., Any], params: list[inspect.Parameter],
+             checks: dict[str, _Check], where: str) -> Callable[..., None]:
+    """A function with ``fn``'s parameters, every default replaced by "not passed", that tests
+    each declared argument: Python binds the call (in C) and each check is one ``if``, so a
+    call costs its predicates and little else. Extra positional or keyword arguments are
+    accepted here and left to ``fn`` to refuse with Python's own message."""
+    names: dict[str, Any] = {"_M": _MISSING, "_fail": _fail}
+    constructor = fn.__name__ == "__init__" and bool(params) and params[0].name == "self"
+    names["_where"] = _constructor_where(where) if constructor else (lambda _: where)
+    head: list[str] = []
+    body: list[str] = []
+    star = False
+    for i, p in enumerate(params):
+        if p.kind is p.VAR_KEYWORD:
+            continue
+        if p.kind is p.VAR_POSITIONAL:
+            head.append(f"*{p.name}")
+            star = True
+            continue
+        if p.kind is p.KEYWORD_ONLY and not star:
+            head.append("*_acc_rest")
+            star = True
+        head.append(f"{p.name}=_M")
+        if p.kind is p.POSITIONAL_ONLY and (i + 1 == len(params)
+                                            or params[i + 1].kind is not p.POSITIONAL_ONLY):
+            head.append("/")
+        check = checks.get(p.name)
+        if check is not None:
+            names[f"_ok_{p.name}"], names[f"_c_{p.name}"] = check.ok, check
+            first = "self" if constructor else "None"
+            body.append(f"    if {p.name} is not _M and not _ok_{p.name}({p.name}):\n"
+                        f"        _fail(_where({first}), {p.name!r}, _c_{p.name}, {p.name})")
+    if not star:
+        head.append("*_acc_rest")
+    head.append("**_acc_extra")
+    source = (f"def {fn.__name__}({', '.join(head)}):\n"
+              + ("\n".join(body) or "    pass") + "\n")
+    exec(compile(source, f"<accepts {where}>", "exec"), names)  # our own source, built above
+    return typing.cast(Callable[..., None], names[fn.__name__])
+
+
+def check_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Check a call of ``fn`` (decorated with ``accepts``) without making it: for an entry
+    point that reaches ``fn`` another way (a metaclass routing a constructor elsewhere). A
+    constructor's ``self`` may be the class: the message names it."""
+    fn.__mpidist_check__(*args, **kwargs)  # type: ignore[attr-defined]
+
+
 def accepts(**declared: Any) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     """Check the decorated function's arguments at entry (see the module docstring).
 
@@ -458,56 +589,43 @@ def accepts(**declared: Any) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     arguments. ``name=Any`` turns off the check of a hinted argument.
     """
     def decorate(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-        signature = inspect.signature(fn)
-        params = list(signature.parameters.values())
+        params = list(inspect.signature(fn).parameters.values())
         unknown = set(declared) - {p.name for p in params}
         if unknown:
             raise TypeError(f"accepts: {fn.__qualname__} has no argument {sorted(unknown)}")
         where = _where(fn)
-        compiled: list[tuple[tuple[int, str, _Check], ...]] = []
 
-        def compile_once() -> tuple[tuple[int, str, _Check], ...]:
+        def compile_once(*args: Any, **kwargs: Any) -> None:
+            # On the first call: hints may name classes of higher layers (strings)
             globalns = getattr(fn, "__globals__", {})
-            hints = dict(getattr(fn, "__annotations__", {}))
-            hints.update(declared)
-            out = []
-            for index, p in enumerate(params):
-                if p.name not in hints or p.name in ("self", "cls"):
-                    continue
-                if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            hints = {**getattr(fn, "__annotations__", {}), **declared}
+            checks: dict[str, _Check] = {}
+            for p in params:
+                if p.name not in hints or p.name in ("self", "cls") \
+                        or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                     continue
                 check = _compile(hints[p.name], globalns)
-                if check is _ANY and not check.constraints:
+                if check is _ANY:
                     continue
                 if check.constraints:
                     full = _Check(_with_constraints(check), check.text, check.types,
                                   check.element)
                     full.type_ok, full.confusions = check.type_ok, check.confusions
                     check = full
-                positional = index if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) \
-                    else 1 << 30
-                out.append((positional, p.name, check))
-            compiled.append(tuple(out))
-            return compiled[0]
+                checks[p.name] = check
+            current[0] = _checker(fn, params, checks, where)
+            current[0](*args, **kwargs)
+
+        current: list[Callable[..., None]] = [compile_once]
 
         @functools.wraps(fn)
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-            checks = compiled[0] if compiled else compile_once()
-            n = len(args)
-            for index, name, check in checks:
-                if index < n:
-                    value = args[index]
-                elif name in kwargs:
-                    value = kwargs[name]
-                else:
-                    continue
-                if not check.ok(value):
-                    _fail(where, name, check, value)
+            current[0](*args, **kwargs)
             return fn(*args, **kwargs)
 
         wrapper.__annotations__ = {**getattr(fn, "__annotations__", {}), **declared}
         wrapper.__mpidist_checked__ = True  # type: ignore[attr-defined]
+        wrapper.__mpidist_check__ = lambda *a, **k: current[0](*a, **k)  # type: ignore[attr-defined]
         _checked.append(wrapper)
         return wrapper
     return decorate
-

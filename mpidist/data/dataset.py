@@ -14,11 +14,12 @@ import collections.abc
 import inspect
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 from mpidist.core import nest
+from mpidist.core.signatures import DType, DTypeStructure, accepts
 from mpidist.data.arguments import (
     check_signature,
     count_int,
@@ -65,10 +66,14 @@ class IterationContext:
         return n
 
 
+_DATASET = "mpidist.data.dataset:Dataset"  # read by accepts on the first call
+
+
 class Dataset:
     """A lazy pipeline of elements (``tf.data.Dataset``). Build one with ``from_tensor_slices``,
     ``from_tensors``, ``range`` or ``from_generator`` and chain transformations."""
 
+    @accepts(inputs=Iterable[_DATASET])
     def __init__(self, inputs=()):
         self._inputs = tuple(inputs)
         self._depth = 1 + max((d._depth for d in self._inputs), default=0)
@@ -88,6 +93,7 @@ class Dataset:
         return _Tensors(to_data(tensors, "from_tensors"))
 
     @staticmethod
+    @accepts(dtype=DType, name=str | None)
     def range(*args, dtype=np.int64, name=None):
         """``range(stop)``, ``range(start, stop)`` or ``range(start, stop, step)`` as scalars."""
         if not 1 <= len(args) <= 3:
@@ -100,6 +106,7 @@ class Dataset:
         return _Range(range(*bounds), np.dtype(dtype))
 
     @staticmethod
+    @accepts(output_types=DTypeStructure | None, args=tuple | list | None, name=str | None)
     def from_generator(generator, output_types=None, output_shapes=None, args=None,
                        output_signature=None, name=None):
         """Elements from ``generator(*args)``, a callable returning an iterator (called again on

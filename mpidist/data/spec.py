@@ -33,6 +33,8 @@ class TensorSpec:
     @accepts(array=ArrayLike)
     def is_compatible_with(self, array):
         """Whether ``array`` (or a TensorSpec) fits this spec."""
+        if not isinstance(array, TensorSpec):
+            array = np.asarray(array)  # a number or a nested list, as TF converts it
         dtype = np.dtype(array.dtype)
         if dtype != self.dtype:
             return False

@@ -16,12 +16,13 @@ server again.
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from mpidist.core.devices import parse_device
+from mpidist.core.signatures import accepts
 from mpidist.ps.client import PSClient, current_client
 from mpidist.ps.wire import Op, pack_dtype
 from mpidist.types import Array, VariableAggregation, VariableSynchronization
@@ -85,6 +86,10 @@ class VariableHandle:
     aggregation: int
 
 
+_VARIABLES = "mpidist.values.variables:Variable | mpidist.ps.sharded_variable:ShardedVariable"
+
+
+@accepts(variables=Iterable[_VARIABLES])
 def read_variables(variables: Any) -> list[np.ndarray]:
     """The values of ``variables`` (PSVariables, ShardedVariables, or any variables), read with
     one request per parameter server, all sent before any reply is awaited: a model's 100 small

@@ -30,6 +30,7 @@ import numpy as np
 from mpidist.backend import array_module
 from mpidist.backend.traced import namespace_of, traced_kind
 from mpidist.core.messages import named_instance, short_repr
+from mpidist.core.signatures import accepts
 from mpidist.strategies.context import get_strategy
 from mpidist.training.losses import check_per_example
 from mpidist.training.traced_errors import (TracedValueError, UnusedVariableWarning, explain,
@@ -43,6 +44,7 @@ BACKENDS = ("autograd", "jax")
 _EXTRA = {"autograd": "autograd", "jax": "jax"}
 
 
+@accepts(backend=str | None, has_aux=bool, jit=bool)  # fn, backend's value: the body's messages
 def value_and_grad(fn, variables, *args, backend=None, has_aux=False, jit=False, **kwargs):
     """``(loss, gradients)`` of ``fn(params, *args, **kwargs)`` with respect to ``variables``.
 

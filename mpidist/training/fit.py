@@ -38,8 +38,10 @@ from mpidist.core.user_calls import labelled, user_call
 from mpidist.strategies.alone_warning import warn_if_alone
 from mpidist.strategies.context import get_replica_context, get_strategy
 from mpidist.training.autodiff import BACKENDS, model_loss_and_gradients, model_per_example_loss
-from mpidist.training.callbacks import BackupAndRestore, History, check_callbacks
+from mpidist.training.callbacks import BackupAndRestore, Callback, History, check_callbacks
 from mpidist.training.losses import check_per_example
+from mpidist.training.metric_names import metric_from
+from mpidist.training.metrics import Metric
 from mpidist.training.optimizers import Optimizer
 from mpidist.types import ReduceOp
 
@@ -149,6 +151,13 @@ def _loss_totals(per_example):
     xp = array_module(per_example)
     return xp.stack([xp.asarray(per_example, dtype=np.float64).sum(),
                      xp.asarray(np.float64(np.shape(per_example)[0]))])
+
+
+def _metrics(metrics, strategy, where):
+    """Metric objects, and those given by name (Keras' "accuracy", "mse", ...) created in the
+    strategy's scope."""
+    with strategy.scope():
+        return [metric_from(m, where) for m in metrics]
 
 
 def _update_metrics(metrics, model, x, y, outputs):
@@ -292,8 +301,8 @@ class _FitLoop:
 
 
 @labelled("fit")
-@accepts(epochs=int, strategy="mpidist.strategies.strategy:Strategy | None", metrics=Iterable,
-         callbacks=Iterable,
+@accepts(epochs=int, strategy="mpidist.strategies.strategy:Strategy | None",
+         metrics=Iterable[Metric | str], callbacks=Iterable | Callback,
          steps_per_epoch=int | None, initial_epoch=int, verbose=Literal["auto", 0, 1, 2],
          autodiff=str | None)
 def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callbacks=(),
@@ -334,9 +343,10 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
     if strategy.is_default:
         warn_if_alone("fit with the default strategy", stacklevel=4)  # each rank alone
     data = _distributed(strategy, dataset)
-    loop = _FitLoop(model, optimizer, strategy, metrics, autodiff)
+    loop = _FitLoop(model, optimizer, strategy, _metrics(metrics, strategy, "fit"), autodiff)
     history = History()
-    callbacks = list(callbacks) + [history]
+    # one callback alone is taken as a list of one, as Keras 3 does (tree.flatten)
+    callbacks = ([callbacks] if isinstance(callbacks, Callback) else list(callbacks)) + [history]
     check_callbacks(callbacks)
     steps = steps_per_epoch if steps_per_epoch is not None else _known_steps(data, "fit")
     params = {"epochs": epochs, "steps": steps}
@@ -379,8 +389,8 @@ def _refuse_empty(call):
 
 
 @labelled("evaluate")
-@accepts(strategy="mpidist.strategies.strategy:Strategy | None", metrics=Iterable,
-         verbose=Literal["auto", 0, 1, 2], autodiff=str | None)
+@accepts(strategy="mpidist.strategies.strategy:Strategy | None",
+         metrics=Iterable[Metric | str], verbose=Literal["auto", 0, 1, 2], autodiff=str | None)
 def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0, autodiff=None):
     """The mean per-example loss over ``dataset`` and each metric's result, as a dict.
 
@@ -395,7 +405,7 @@ def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0, autodiff=N
     strategy = _resolve_strategy(strategy, model, None, "evaluate")
     data = _distributed(strategy, dataset)
     _known_steps(data, "evaluate")  # an infinite or empty dataset is refused up front
-    metrics = list(metrics)
+    metrics = _metrics(metrics, strategy, "evaluate")
 
     def replica_step(x, y):
         if hasattr(model, "per_example_loss"):

@@ -17,7 +17,7 @@ from mpidist.backend import array_module, as_array
 from mpidist.backend.traced import untraced
 from mpidist.core import state
 from mpidist.core.messages import short_repr
-from mpidist.core.signatures import accepts
+from mpidist.core.signatures import DType, accepts
 from mpidist.core.user_calls import user_call
 from mpidist.training.losses import match_label_shapes
 from mpidist.types import ReduceOp, VariableAggregation, VariableSynchronization
@@ -129,6 +129,7 @@ class Metric:
     add}``) and ``_result_from(totals)`` (the value from ``{state name: summed host array}``).
     """
 
+    @accepts(dtype=DType | None)  # name: the body's message (the mistakes corpus asserts it)
     def __init__(self, name=None, dtype=None):
         if name is not None and not isinstance(name, str):
             raise TypeError(f"A metric's name must be a string, got {name!r}.")
@@ -162,7 +163,7 @@ class Metric:
         return f"<mpidist.metrics.{type(self).__name__} name={self._name!r} dtype={self._dtype}>"
 
     # -- state ---------------------------------------------------------------------------
-    @accepts(name=str)
+    @accepts(name=str, dtype=DType | None)
     def add_weight(self, name, shape=(), dtype=None):
         """Create a state variable of zeros (ON_READ, SUM, not trainable) in the current
         strategy. Under MultiWorkerMirroredStrategy this is collective: every rank creates

@@ -91,6 +91,8 @@ def _components(x):
     return x
 
 
+_VARIABLES = "mpidist.values.variables:Variable | mpidist.ps.sharded_variable:ShardedVariable"
+
 class Optimizer:
     """Base class: gradient aggregation, clipping, slots, ``iterations`` and checkpointing.
 
@@ -159,7 +161,7 @@ class Optimizer:
         return float(value)
 
     # -- slots --------------------------------------------------------------------------------
-    @accepts(var_list=Iterable)
+    @accepts(var_list=Iterable[_VARIABLES])
     def build(self, var_list):
         """Create the slot variables of ``var_list`` now (``apply_gradients`` does it on first
         use). Slots created after a ``Checkpoint.restore`` take their saved values here.

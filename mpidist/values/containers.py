@@ -16,6 +16,7 @@ import numpy.typing as npt
 from mpidist.backend import as_array
 from mpidist.core import state
 from mpidist.core.devices import DeviceSpec
+from mpidist.core.signatures import accepts
 
 __all__ = ["DistributedValues", "PerReplica", "Mirrored", "ValueContext"]
 
@@ -28,6 +29,7 @@ class DistributedValues:
         devices: Optional device of each component (DeviceSpecs); strategies fill it in.
     """
 
+    @accepts(devices=Iterable | None)  # devices: the body checks the count
     def __init__(self, values: Iterable[Any], devices: Iterable[DeviceSpec] | None = None
                  ) -> None:
         self._values = tuple(values)

@@ -20,6 +20,7 @@ from mpidist.backend.traced import traced_error, traced_kind
 from mpidist.core import state
 from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.core.messages import short_repr
+from mpidist.core.signatures import DType, accepts, check_call
 from mpidist.errors import InvalidArgumentError
 from mpidist.types import Array, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues, PerReplica
@@ -100,6 +101,7 @@ class _VariableMeta(type):
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if cls is not Variable:
             return super().__call__(*args, **kwargs)
+        check_call(Variable.__init__, cls, *args, **kwargs)  # before any strategy's creator
         strategy = state.current_mode().strategy
         creator = getattr(getattr(strategy, "extended", None), "create_variable", None)
         if creator is None:  # no strategies layer loaded: nothing to ask
@@ -179,6 +181,8 @@ class Variable(metaclass=_VariableMeta):
     _adopted = False  # (class default: distributed variables never adopt storage themselves)
     __array_priority__ = 100
 
+    @accepts(name=Any, dtype=DType | None, shape=Any, device=Any, synchronization=Any,
+             aggregation=Any)  # Any: left to the body's messages (the mistakes corpus)
     def __init__(self, initial_value: Any = None, trainable: bool | None = None,
                  name: str | None = None, dtype: npt.DTypeLike | None = None,
                  synchronization: VariableSynchronization | int = VariableSynchronization.AUTO,
@@ -448,18 +452,27 @@ class Variable(metaclass=_VariableMeta):
         self.write_prepared(kind, self.prepare_assignment(value))
         return self.value() if read_value else None
 
+    @accepts()
     def assign(self, value: Any, use_locking: bool | None = None, name: str | None = None,
                read_value: bool = True) -> Any:
         """Set the value; returns the new value (an array) when ``read_value``, else None."""
         return self._update("assign", value, read_value)
 
+    @accepts()
     def assign_add(self, delta: Any, use_locking: bool | None = None, name: str | None = None,
                    read_value: bool = True) -> Any:
-        return self._update("assign_add", delta, read_value)
+        try:
+            return self._update("assign_add", delta, read_value)
+        except (TypeError, ValueError) as exc:
+            raise _about(exc, "assign_add", "delta") from None
 
+    @accepts()
     def assign_sub(self, delta: Any, use_locking: bool | None = None, name: str | None = None,
                    read_value: bool = True) -> Any:
-        return self._update("assign_sub", delta, read_value)
+        try:
+            return self._update("assign_sub", delta, read_value)
+        except (TypeError, ValueError) as exc:
+            raise _about(exc, "assign_sub", "delta") from None
 
     # -- sparse reads and updates (rows along axis 0) --------------------------------------
     def sparse_read(self, indices: Any, name: str | None = None) -> Array:
@@ -560,6 +573,13 @@ class Variable(metaclass=_VariableMeta):
 
     # Variables are hashable by identity (optimizers key slots by variable).
     __hash__ = object.__hash__
+
+
+def _about(exc: Exception, call: str, argument: str) -> Exception:
+    """``exc`` (the shared update check's "Cannot assign ...") naming the call and argument."""
+    if exc.args and isinstance(exc.args[0], str):
+        exc.args = (f"{call}: argument '{argument}': {exc.args[0]}",) + exc.args[1:]
+    return exc
 
 
 def _binary(name: str) -> Callable[[Variable, Any], Any]:

@@ -1,0 +1,67 @@
+"""Keras' conventions in fit/evaluate: metrics by name, a lone callback, label shapes."""
+
+import numpy as np
+import pytest
+
+import mpidist
+from mpidist.training.metric_names import METRIC_NAMES, metric_from
+
+
+class Model:
+    def __init__(self):
+        self.w = mpidist.Variable(np.zeros((2, 1)), name="w")
+        self.trainable_variables = [self.w]
+
+    def loss_and_gradients(self, x, y):
+        err = x @ np.asarray(self.w) - y.reshape(-1, 1)
+        return err[:, 0] ** 2, [2 * x.T @ err / len(x)]
+
+    def predict(self, x):
+        return x @ np.asarray(self.w)  # (N, 1) predictions against (N,) labels
+
+
+def _setup():
+    strategy = mpidist.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model, opt = Model(), mpidist.optimizers.SGD(0.1)
+    x = np.arange(16.0).reshape(8, 2) / 16
+    y = x @ np.array([1.0, 2.0])
+    return model, opt, mpidist.data.Dataset.from_tensor_slices((x, y)).batch(4), x, y
+
+
+def test_metrics_by_name_match_the_objects_and_numpy():
+    model, opt, ds, x, y = _setup()
+    history = mpidist.fit(model, ds, epochs=1, optimizer=opt, metrics=["mse", "mae"],
+                          callbacks=mpidist.callbacks.Callback(), verbose=0)  # a lone callback
+    assert set(history.history) == {"loss", "mse", "mae"}
+    logs = mpidist.evaluate(model, ds, metrics=["mse", "mean_absolute_error"])
+    pred = x @ np.asarray(model.w)[:, 0]
+    np.testing.assert_allclose(logs["mse"], np.mean((pred - y) ** 2))
+    np.testing.assert_allclose(logs["mean_absolute_error"], np.mean(np.abs(pred - y)))
+    np.testing.assert_allclose(logs["loss"], logs["mse"])  # the model's loss is the squared error
+
+
+@pytest.mark.parametrize("name", sorted(METRIC_NAMES))
+def test_every_known_name_builds_its_class_named_as_given(name):
+    with mpidist.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+        metric = metric_from(name, "fit")
+    assert type(metric) is METRIC_NAMES[name] and metric.name == name
+
+
+def test_an_unknown_name_lists_the_known_ones():
+    model, opt, ds, *_ = _setup()
+    with pytest.raises(ValueError, match=r"unknown metric name 'msee'; the known names are .*'mse'"):
+        mpidist.fit(model, ds, optimizer=opt, metrics=["msee"], verbose=0)
+
+
+@pytest.mark.parametrize("metrics,fix", [
+    (mpidist.metrics.Mean(), r"pass a list, e\.g\. \[.*\], even for one item"),
+    ("mse", r"pass a list, e\.g\. \['mse'\]"),
+    ([mpidist.metrics.Mean], r"pass an instance, Mean\(\)"),
+])
+def test_metrics_not_in_a_list_is_keras_typeerror_with_the_fix(metrics, fix):
+    model, opt, ds, *_ = _setup()
+    before = np.array(model.w.numpy())
+    with pytest.raises(TypeError, match=fix):
+        mpidist.fit(model, ds, optimizer=opt, metrics=metrics, verbose=0)
+    np.testing.assert_array_equal(model.w.numpy(), before)
