@@ -188,6 +188,9 @@ class Config:
         construction_timeout: ``MPIDIST_CONSTRUCTION_TIMEOUT``: seconds the ranks of a job
             wait for each other when a strategy is built and agree on its configuration
             (default 300).
+        peer_watch: ``MPIDIST_PEER_WATCH``: a collective job watches for dead ranks (one TCP
+            connection from each rank to rank 0; docs/launching.md) and ends the job within
+            seconds of a death (default on); off, a death is noticed at the collective deadline.
         set_variables: The ``MPIDIST_*`` names present in the environment (so a report can
             say whether a setting came from the user or is the default).
     """
@@ -219,6 +222,7 @@ class Config:
     collective_timeout: float = 600.0
     wait_timeout: float = 600.0
     construction_timeout: float = 300.0
+    peer_watch: bool = True
     set_variables: frozenset = frozenset()
 
     @classmethod
@@ -255,6 +259,7 @@ class Config:
             collective_timeout=_env_deadline("MPIDIST_COLLECTIVE_TIMEOUT", 600.0),
             wait_timeout=_env_deadline("MPIDIST_WAIT_TIMEOUT", 600.0),
             construction_timeout=_env_deadline("MPIDIST_CONSTRUCTION_TIMEOUT", 300.0),
+            peer_watch=_env_bool("MPIDIST_PEER_WATCH", True),
         )
 
 

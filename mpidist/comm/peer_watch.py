@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from mpidist.comm.mpi import abort_job
+from mpidist.config import get_config
 from mpidist.logs import get_logger
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def watch_peers(comm: MPI.Comm, hosts: list[str] | None = None) -> PeerWatch | N
 
     The watch says goodbye by itself at exit (an ``atexit`` handler registered now, so it runs
     after those registered later, such as the communicator's exit meeting)."""
-    if comm.Get_size() == 1 or os.environ.get(ENV_VARIABLE, "1").strip() in ("0", "off", "no"):
+    if comm.Get_size() == 1 or not get_config().peer_watch:
         return None
     watch = PeerWatch(comm, hosts)
     if not watch.start():
