@@ -73,7 +73,7 @@ class Dataset:
     """A lazy pipeline of elements (``tf.data.Dataset``). Build one with ``from_tensor_slices``,
     ``from_tensors``, ``range`` or ``from_generator`` and chain transformations."""
 
-    @accepts(inputs=Iterable[_DATASET])
+    @accepts(inputs=Iterable[_DATASET])  # type: ignore[valid-type]  # accepts reads the string
     def __init__(self, inputs=()):
         self._inputs = tuple(inputs)
         self._depth = 1 + max((d._depth for d in self._inputs), default=0)

@@ -89,7 +89,7 @@ class VariableHandle:
 _VARIABLES = "mpidist.values.variables:Variable | mpidist.ps.sharded_variable:ShardedVariable"
 
 
-@accepts(variables=Iterable[_VARIABLES])
+@accepts(variables=Iterable[_VARIABLES])  # type: ignore[valid-type]  # accepts reads the string
 def read_variables(variables: Any) -> list[np.ndarray]:
     """The values of ``variables`` (PSVariables, ShardedVariables, or any variables), read with
     one request per parameter server, all sent before any reply is awaited: a model's 100 small

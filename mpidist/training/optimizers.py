@@ -161,7 +161,7 @@ class Optimizer:
         return float(value)
 
     # -- slots --------------------------------------------------------------------------------
-    @accepts(var_list=Iterable[_VARIABLES])
+    @accepts(var_list=Iterable[_VARIABLES])  # type: ignore[valid-type]  # accepts reads the string
     def build(self, var_list):
         """Create the slot variables of ``var_list`` now (``apply_gradients`` does it on first
         use). Slots created after a ``Checkpoint.restore`` take their saved values here.
