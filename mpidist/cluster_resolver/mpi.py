@@ -304,6 +304,13 @@ class MPIClusterResolver(ClusterResolver):
         """``{"chief": 1, "ps": P, "worker": W}`` of a parameter-server job, else None."""
         return None if self._jobs is None else dict(self._jobs)
 
+    @property
+    def requested_local_devices(self):
+        """The ``local_devices`` argument as given (device strings, or ``"all_gpus"``), None
+        when it was not given (a strategy that cannot honour it refuses it by this)."""
+        requested = self._requested
+        return list(requested) if isinstance(requested, list) else requested
+
     def cluster_spec(self):
         """``{"worker": ["host:port", ...]}`` in rank order (ports count up per node); with
         ``num_ps``/``jobs``, the same addresses cut into ``chief``, ``ps`` and ``worker``."""

@@ -79,11 +79,15 @@ def pack_sequence_as(structure: Any, flat: Iterable[Any]) -> Any:
         pos += 1
         return leaf
 
-    result = build(structure)
-    if pos != len(leaves):
-        raise ValueError(
-            f"Structure has {pos} leaves but {len(leaves)} values were given to pack into it."
-        )
+    try:
+        result = build(structure)
+        if pos != len(leaves):
+            raise ValueError(
+                f"Structure has {pos} leaves but {len(leaves)} values were given to pack into it."
+            )
+    finally:
+        # build refers to itself, a cycle: without this every leaf lived until the next GC
+        leaves.clear()
     return result
 
 

@@ -9,9 +9,10 @@ from mpidist.comm.options import (
 from mpidist.experimental import coordinator, partitioners
 from mpidist.ps.sharded_variable import ShardedVariable
 from mpidist.ps.strategy import ParameterServerStrategy
-from mpidist.ps.variables import read_variables
+from mpidist.ps.variables import cache_variable_reads, read_variables
 from mpidist.strategies.central_storage import CentralStorageStrategy
 
 __all__ = ["CentralStorageStrategy", "CollectiveCommunication", "CollectiveHints",
            "CommunicationImplementation", "CommunicationOptions", "ParameterServerStrategy",
-           "ShardedVariable", "coordinator", "partitioners", "read_variables"]
+           "ShardedVariable", "cache_variable_reads", "coordinator", "partitioners",
+           "read_variables"]

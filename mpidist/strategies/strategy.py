@@ -197,7 +197,8 @@ class Strategy:
 
     def __init__(self, extended: "StrategyExtended") -> None:
         self._extended = extended
-        if not self.is_default and not extended.experimental_between_graph:
+        if not self.is_default and not extended.experimental_between_graph \
+                and not getattr(extended, "spans_ranks", False):
             warn_if_alone(type(self).__name__, stacklevel=4)  # each rank would train alone
         # The cross-replica mode ``run`` enters; immutable, so one serves every call and thread.
         self._run_mode = state.Mode(self, cross_replica=extended)
