@@ -133,6 +133,11 @@ def is_one_shot(value):
 def check_dataset_fn(dataset_fn):
     """``distribute_datasets_from_function``'s ``dataset_fn`` must be callable with one
     argument, the InputContext."""
+    if isinstance(dataset_fn, type):  # callable, but calling a class builds one of its objects
+        raise TypeError(
+            f"dataset_fn must be a function of one argument, the mpidist.InputContext, that "
+            f"returns this worker's dataset; got the class {dataset_fn.__qualname__}. Write "
+            "`def dataset_fn(input_context): return mpidist.data.Dataset...` and pass that.")
     if not callable(dataset_fn):
         hint = ""
         if hasattr(dataset_fn, "element_spec") or isinstance(dataset_fn, collections.abc.Iterable):

@@ -5,7 +5,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from mpidist.core import state
-from mpidist.data.inputs import check_input
+from mpidist.data.inputs import check_dataset_fn, check_input
 from mpidist.data.options import InputContext, InputOptions
 from mpidist.ops.destinations import Destinations
 from mpidist.strategies.context import has_strategy
@@ -92,6 +92,7 @@ class _DefaultExtended(SingleReplicaExtended):
 
     def _distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any],
                                            options: InputOptions | None) -> Any:
+        check_dataset_fn(dataset_fn)  # as every other strategy does
         return dataset_fn(InputContext())
 
     def variable_created_in_scope(self, v: object) -> bool:

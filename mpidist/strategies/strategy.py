@@ -318,7 +318,8 @@ class Strategy:
             return nest.map_structure(lambda v: self._extended._gather(v, axis), value)
 
     # -- input ---------------------------------------------------------------------------
-    @accepts()
+    # No @accepts: the body names the common confusions (a dataset for a function, Options
+    # for InputOptions) with their fixes, which the mistakes corpus asserts.
     def experimental_distribute_dataset(self, dataset: Any, options: InputOptions | None = None
                                         ) -> Any:
         """Split each global batch of ``dataset`` across all replicas of all workers.
@@ -337,7 +338,8 @@ class Strategy:
         """
         return self._extended._experimental_distribute_dataset(dataset, options)
 
-    @accepts()
+    # No @accepts: the body names the common confusions (a dataset for a function, Options
+    # for InputOptions) with their fixes, which the mistakes corpus asserts.
     def distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any],
                                           options: InputOptions | None = None) -> Any:
         """Call ``dataset_fn(InputContext)`` once per input pipeline (per worker; per replica in

@@ -138,12 +138,13 @@ def test_fused_steps_give_the_per_variable_bits(name, strategy, vary):
         assert any(p is not None for p in opt._plans.values())  # the fused path ran
 
 
-def test_int_variables_keep_the_per_variable_path():
+def test_int_variables_are_refused_before_any_update():
+    """Issue 22: an integer variable would round every update away; the optimizer says so."""
     v = mpidist.Variable(np.array([10, 20]), name="i")
     opt = mpidist.optimizers.SGD(1.0)
-    for _ in range(2):
+    with pytest.raises(TypeError, match="variable 'i:0' has dtype int64"):
         opt.apply_gradients([(np.array([1, 2]), v)])
-    np.testing.assert_array_equal(v.numpy(), [8, 16])
+    np.testing.assert_array_equal(v.numpy(), [10, 20])
     assert not v.storage_adopted
 
 
