@@ -192,7 +192,7 @@ def test_replica_reads_are_the_parameter_array_itself():
     # Both replicas read the very array the copy lives in (so run returns it unwrapped);
     # np.asarray gives a copy (NumPy 2's __array__ contract: writes must not bypass the variable).
     assert s.run(lambda: v.current_array()) is storage
-    copies = locals_of(s, s.run(lambda: np.asarray(v)))
+    copies = s.experimental_local_results(s.run(lambda: np.asarray(v)))
     assert all(c is not storage and np.array_equal(c, storage) for c in copies)
     doubled = s.run(lambda: v * 2.0)
     assert locals_of(s, doubled) == [[0.0, 2.0, 4.0, 6.0]] * 2
