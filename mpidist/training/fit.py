@@ -32,7 +32,7 @@ from mpidist.backend import array_module, as_array
 from mpidist.data.dataset import INFINITE_CARDINALITY, Dataset
 from mpidist.data.distributed import DistributedDataset, epoch_iterator
 from mpidist.core import state
-from mpidist.core.messages import named_instance
+from mpidist.core.messages import named_instance, short_repr
 from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import labelled, user_call
 from mpidist.strategies.alone_warning import warn_if_alone
@@ -44,6 +44,7 @@ from mpidist.training.metric_names import metric_from
 from mpidist.training.metrics import Metric
 from mpidist.training.optimizers import Optimizer
 from mpidist.types import ReduceOp
+from mpidist.values.variables import Variable
 
 __all__ = ["fit", "evaluate"]
 
@@ -58,6 +59,33 @@ def _check_model(model, need_gradients=True):
             "`trainable_variables` and either `loss_and_gradients(x, y)` returning "
             "(per_example_loss, gradients[, predictions]) or `loss(params, x, y)` returning "
             "the per-example losses, differentiated by an autodiff backend (docs/autodiff.md).")
+    _check_trainable_variables(model)
+
+
+def _check_trainable_variables(model):
+    """``model.trainable_variables`` is read as a list of Variables: say what is wrong with it
+    in the model's terms, not as an error from deep inside the loop."""
+    name = type(model).__name__
+    variables = model.trainable_variables
+    if callable(variables):
+        raise TypeError(
+            f"{name}.trainable_variables is a method; fit reads it as a list of variables. "
+            "Make it a property (put @property above `def trainable_variables(self):`) or an "
+            "attribute holding the list.")
+    if isinstance(variables, Variable) or hasattr(variables, "assign"):
+        raise TypeError(
+            f"{name}.trainable_variables must be a list of mpidist.Variable objects, got one "
+            f"variable ({short_repr(variables)}): return a list, e.g. [self.w].")
+    if isinstance(variables, (str, bytes)) or not isinstance(variables, Iterable):
+        raise TypeError(
+            f"{name}.trainable_variables must be a list of mpidist.Variable objects, got "
+            f"{type(variables).__name__} {short_repr(variables)}.")
+    for i, var in enumerate(variables):
+        if not isinstance(var, Variable) and not hasattr(var, "assign"):
+            raise TypeError(
+                f"{name}.trainable_variables[{i}] is {type(var).__name__} {short_repr(var)}, not "
+                "an mpidist.Variable: create each weight as mpidist.Variable(initial_value) "
+                "inside `with strategy.scope():` and list those.")
 
 
 def _check_autodiff(autodiff, call):
@@ -302,7 +330,7 @@ class _FitLoop:
 
 @labelled("fit")
 @accepts(epochs=int, strategy="mpidist.strategies.strategy:Strategy | None",
-         metrics=Iterable[Metric | str], callbacks=Iterable | Callback,
+         metrics=Iterable[Metric | str], callbacks=Iterable[Callback] | Callback,
          steps_per_epoch=int | None, initial_epoch=int, verbose=Literal["auto", 0, 1, 2],
          autodiff=str | None)
 def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callbacks=(),
