@@ -21,15 +21,14 @@ table.
 """
 
 import itertools
-import os
 import re
-import signal
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import NamedTuple
+
+from fault_jobs import HYDRA_ENV, TRANSPORT_VARIABLES, Outcome, hydra, job_processes, launch_options, \
+    print_table, run_job
 
 PROGRAM = Path(__file__).parent / "failure_programs" / "real_fault.py"
 NPROCS = 4
@@ -39,9 +38,9 @@ CLEANUPS = ("auto", "disabled")
 VICTIMS = (0, 3)
 HOWS = ("SIGKILL", "SIGSEGV", "exit3")
 SIGNALS = {"SIGKILL": 9, "SIGSEGV": 11}
-ENV = {"HYDRA_IFACE": "lo"}  # the launcher's own sockets; nothing about MPI's transport
-TRANSPORT_VARIABLES = ("MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER", "FI_TCP_IFACE", "UCX_TLS",
-                       "UCX_NET_DEVICES")
+ENV = HYDRA_ENV
+__all__ = ["ENV", "TRANSPORT_VARIABLES", "Outcome", "Scenario", "all_scenarios", "command_of",
+           "hydra", "job_processes", "names_the_death", "run_scenario", "verdict"]
 
 
 class Scenario(NamedTuple):
@@ -56,41 +55,15 @@ class Scenario(NamedTuple):
                 f"{self.how}")
 
 
-class Outcome(NamedTuple):
-    ended: bool  # by itself, within the timeout
-    code: int | None  # the launcher's exit code (None: killed after the timeout)
-    seconds: float
-    reported: bool  # the output names the victim rank and its signal or exit code
-    leftovers: list  # command lines of the job's processes still alive after it ended
-    output: str
-    command: list
-
-
 def all_scenarios():
     return [Scenario(*values) for values in
             itertools.product(LAUNCHERS, NODES, CLEANUPS, VICTIMS, HOWS)]
 
 
-def hydra():
-    """The mpich wheel's Hydra mpiexec (next to this interpreter), else the one on PATH."""
-    beside = Path(sys.executable).parent / "mpiexec.hydra"
-    if beside.exists():
-        return str(beside)
-    import shutil
-
-    return shutil.which("mpiexec.hydra") or shutil.which("mpiexec")
-
-
 def command_of(scenario, marker, steps=6):
     """The argv that starts ``scenario``; ``marker`` (a unique word on every rank's command
     line) finds the job's processes afterwards."""
-    options = []
-    if scenario.nodes > 1:
-        options += ["-launcher", "fork", "-hosts", ",".join(f"n{i}" for i in range(scenario.nodes)),
-                    "-ppn", str(NPROCS // scenario.nodes)]
-    if scenario.cleanup == "disabled":
-        options.append("-disable-auto-cleanup")
-    options += ["-n", str(NPROCS)]
+    options = launch_options(scenario.nodes, scenario.cleanup, NPROCS)
     program = [sys.executable, str(PROGRAM), str(scenario.victim), scenario.how, str(steps),
                marker]
     if scenario.launcher == "mpiexec":
@@ -128,70 +101,20 @@ def names_the_death(out, scenario):
     return bool(survivor or hydra_block or hydra_exit)
 
 
-def job_processes(marker):
-    """``[(pid, command line)]`` of live processes whose command line holds ``marker``."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            words = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker.encode() in words and int(proc.name) != os.getpid():
-            found.append((int(proc.name), b" ".join(words).decode(errors="replace").strip()))
-    return found
-
-
 def run_scenario(scenario, timeout=60.0, steps=6, grace=3.0):
-    """Run ``scenario`` once; an ``Outcome``. A job still running after ``timeout`` seconds is
-    killed (its process group and every process carrying its marker)."""
+    """Run ``scenario`` once; an ``Outcome`` (``fault_jobs.run_job``)."""
     marker = f"fault-{uuid.uuid4().hex[:12]}"
-    cmd = command_of(scenario, marker, steps)
-    env = {k: v for k, v in os.environ.items() if k not in TRANSPORT_VARIABLES}
-    env.update(ENV)
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", env=env, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        ended, code = True, proc.returncode
-    except subprocess.TimeoutExpired:
-        ended, code = False, None
-        _kill(proc.pid, marker)
-        out, _ = proc.communicate()
-    seconds = time.monotonic() - start
-    leftovers = []
-    deadline = time.monotonic() + grace  # processes told to go may take a moment
-    while True:
-        leftovers = job_processes(marker)
-        if not leftovers or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    if leftovers:
-        _kill(None, marker)
-    return Outcome(ended, code, seconds, names_the_death(out, scenario), leftovers, out, cmd)
+    return run_job(command_of(scenario, marker, steps), marker, timeout=timeout, grace=grace)
 
 
-def _kill(group, marker):
-    if group is not None:
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    for pid, _ in job_processes(marker):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def verdict(outcome):
+def verdict(scenario, outcome):
     """``ok``, or what went wrong: ``HANG``, ``exit 0``, ``no report``, ``left N``."""
     if not outcome.ended:
         return "HANG"
     problems = []
     if outcome.code == 0:
         problems.append("exit 0")
-    if not outcome.reported:
+    if not names_the_death(outcome.output, scenario):
         problems.append("no report")
     if outcome.leftovers:
         problems.append(f"left {len(outcome.leftovers)}")
@@ -200,7 +123,6 @@ def verdict(outcome):
 
 def main(argv):
     import argparse
-    from concurrent.futures import ThreadPoolExecutor
 
     parser = argparse.ArgumentParser(description="Run the real-fault matrix; print a table.")
     parser.add_argument("--jobs", type=int, default=2)
@@ -209,19 +131,8 @@ def main(argv):
     parser.add_argument("--show", action="store_true", help="print the output of failures")
     args = parser.parse_args(argv)
     scenarios = [s for s in all_scenarios() if args.only in str(s)]
-    print("| launcher | nodes | cleanup | victim | how | result | exit | seconds |")
-    print("|---|---|---|---|---|---|---|---|")
-    bad = 0
-    with ThreadPoolExecutor(args.jobs) as pool:
-        for s, o in zip(scenarios, pool.map(lambda s: run_scenario(s, args.timeout), scenarios)):
-            v = verdict(o)
-            bad += v != "ok"
-            print(f"| {s.launcher} | {s.nodes} | {s.cleanup} | {s.victim} | {s.how} | {v} | "
-                  f"{o.code} | {o.seconds:.1f} |", flush=True)
-            if args.show and v != "ok":
-                print(" ".join(o.command), "\n", o.output[-3000:], o.leftovers, flush=True)
-    print(f"{len(scenarios) - bad} of {len(scenarios)} ok")
-    return 1 if bad else 0
+    return print_table(scenarios, lambda s: run_scenario(s, args.timeout), verdict, args.jobs,
+                       args.show)
 
 
 if __name__ == "__main__":

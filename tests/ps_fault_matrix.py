@@ -30,15 +30,14 @@ table.
 
 import itertools
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import NamedTuple
+
+from fault_jobs import HYDRA_ENV, TRANSPORT_VARIABLES, Outcome, hydra, launch_options, print_table, \
+    run_job
 
 PROGRAM = Path(__file__).parent / "ps_programs" / "real_fault_job.py"
 NPROCS = 4
@@ -52,9 +51,9 @@ SIGNALS = {"SIGKILL": 9, "SIGSEGV": 11}
 CLOSURES = 30
 DEADLINES = {"MPIDIST_PS_HEARTBEAT_SECONDS": "0.2", "MPIDIST_PS_TIMEOUT": "3",
              "MPIDIST_PS_COORDINATOR_TIMEOUT": "3"}
-ENV = {"HYDRA_IFACE": "lo", **DEADLINES}  # the launcher's own sockets; nothing about MPI's transport
-TRANSPORT_VARIABLES = ("MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER", "FI_TCP_IFACE", "UCX_TLS",
-                       "UCX_NET_DEVICES")
+ENV = {**HYDRA_ENV, **DEADLINES}
+__all__ = ["CI_SCENARIOS", "ENV", "PROGRAM", "TRANSPORT_VARIABLES", "Outcome", "all_scenarios",
+           "command_of", "names_the_death", "run_scenario", "survivable", "survived", "verdict"]
 
 
 class Scenario(NamedTuple):
@@ -66,15 +65,6 @@ class Scenario(NamedTuple):
 
     def __str__(self):
         return f"{self.launcher}-{self.nodes}node-{self.cleanup}-{self.victim}-{self.how}"
-
-
-class Outcome(NamedTuple):
-    ended: bool        # by itself, within the timeout
-    code: int | None   # the launcher's exit code (None: killed after the timeout)
-    seconds: float
-    output: str
-    leftovers: list    # command lines of the job's processes still alive after it ended
-    command: list
 
 
 def all_scenarios():
@@ -98,26 +88,10 @@ CI_SCENARIOS = [
 ]
 
 
-def hydra():
-    """The mpich wheel's Hydra mpiexec (next to this interpreter), else the one on PATH."""
-    beside = Path(sys.executable).parent / "mpiexec.hydra"
-    if beside.exists():
-        return str(beside)
-    import shutil
-
-    return shutil.which("mpiexec.hydra") or shutil.which("mpiexec")
-
-
 def command_of(scenario, marker):
     """The argv that starts ``scenario``; ``marker`` (a unique word on every rank's command
     line) finds the job's processes afterwards."""
-    options = []
-    if scenario.nodes > 1:
-        options += ["-launcher", "fork", "-hosts", ",".join(f"n{i}" for i in range(scenario.nodes)),
-                    "-ppn", str(NPROCS // scenario.nodes)]
-    if scenario.cleanup == "disabled":
-        options.append("-disable-auto-cleanup")
-    options += ["-n", str(NPROCS)]
+    options = launch_options(scenario.nodes, scenario.cleanup, NPROCS)
     program = [sys.executable, str(PROGRAM), scenario.victim, scenario.how, str(CLOSURES), marker]
     if scenario.launcher == "mpiexec":
         return [hydra(), *options, *program]
@@ -173,61 +147,12 @@ def survived(out):
     return report
 
 
-def job_processes(marker):
-    """``[(pid, command line)]`` of live processes whose command line holds ``marker``."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            words = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker.encode() in words and int(proc.name) != os.getpid():
-            found.append((int(proc.name), b" ".join(words).decode(errors="replace").strip()))
-    return found
-
-
 def run_scenario(scenario, timeout=60.0, grace=3.0, extra_env=None):
-    """Run ``scenario`` once; an ``Outcome``. A job still running after ``timeout`` seconds is
-    killed (its process group and every process carrying its marker)."""
+    """Run ``scenario`` once; an ``Outcome`` (``fault_jobs.run_job``), with the shortened
+    deadlines (``DEADLINES``) and ``extra_env``."""
     marker = f"psfault-{uuid.uuid4().hex[:12]}"
-    cmd = command_of(scenario, marker)
-    env = {k: v for k, v in os.environ.items() if k not in TRANSPORT_VARIABLES}
-    env.update(ENV)
-    env.update(extra_env or {})
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", env=env, start_new_session=True,
-                            cwd=str(PROGRAM.parent))
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        ended, code = True, proc.returncode
-    except subprocess.TimeoutExpired:
-        ended, code = False, None
-        _kill(proc.pid, marker)
-        out, _ = proc.communicate()
-    seconds = time.monotonic() - start
-    deadline = time.monotonic() + grace  # processes told to go may take a moment
-    while True:
-        leftovers = job_processes(marker)
-        if not leftovers or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    if leftovers:
-        _kill(None, marker)
-    return Outcome(ended, code, seconds, out, leftovers, cmd)
-
-
-def _kill(group, marker):
-    if group is not None:
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    for pid, _ in job_processes(marker):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    return run_job(command_of(scenario, marker), marker, env={**DEADLINES, **(extra_env or {})},
+                   timeout=timeout, grace=grace, cwd=str(PROGRAM.parent))
 
 
 def verdict(scenario, outcome):
@@ -249,7 +174,6 @@ def verdict(scenario, outcome):
 
 def main(argv):
     import argparse
-    from concurrent.futures import ThreadPoolExecutor
 
     parser = argparse.ArgumentParser(description="Run the PS real-fault matrix; print a table.")
     parser.add_argument("--jobs", type=int, default=2)
@@ -260,19 +184,8 @@ def main(argv):
     args = parser.parse_args(argv)
     scenarios = CI_SCENARIOS if args.ci else all_scenarios()
     scenarios = [s for s in scenarios if args.only in str(s)]
-    print("| launcher | nodes | cleanup | victim | how | result | exit | seconds |")
-    print("|---|---|---|---|---|---|---|---|")
-    bad = 0
-    with ThreadPoolExecutor(args.jobs) as pool:
-        for s, o in zip(scenarios, pool.map(lambda s: run_scenario(s, args.timeout), scenarios)):
-            v = verdict(s, o)
-            bad += v != "ok"
-            print(f"| {s.launcher} | {s.nodes} | {s.cleanup} | {s.victim} | {s.how} | {v} | "
-                  f"{o.code} | {o.seconds:.1f} |", flush=True)
-            if args.show and v != "ok":
-                print(" ".join(o.command), "\n", o.output[-3000:], o.leftovers, flush=True)
-    print(f"{len(scenarios) - bad} of {len(scenarios)} ok")
-    return 1 if bad else 0
+    return print_table(scenarios, lambda s: run_scenario(s, args.timeout), verdict, args.jobs,
+                       args.show)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,128 @@
+"""What the real-fault matrices share (tests/fault_matrix.py for collective jobs,
+tests/ps_fault_matrix.py for parameter-server jobs): the launcher and its options, one job run
+under a timeout with a marker on every rank's command line, the processes it left behind, and
+the table printed by ``python tests/<matrix>.py``.
+
+Nothing here forces an MPI transport: the variables that would are removed from the jobs'
+environment, so they run on the MPI library's defaults, as a user's do. Only the launcher's
+own control traffic is kept on loopback (``HYDRA_IFACE=lo``).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+HYDRA_ENV = {"HYDRA_IFACE": "lo"}  # the launcher's own sockets; nothing about MPI's transport
+TRANSPORT_VARIABLES = ("MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER", "FI_TCP_IFACE", "UCX_TLS",
+                       "UCX_NET_DEVICES")
+
+
+class Outcome(NamedTuple):
+    ended: bool         # by itself, within the timeout
+    code: int | None    # the launcher's exit code (None: killed after the timeout)
+    seconds: float
+    output: str
+    leftovers: list     # command lines of the job's processes still alive after it ended
+    command: list
+
+
+def hydra():
+    """The mpich wheel's Hydra mpiexec (next to this interpreter), else the one on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec.hydra"
+    if beside.exists():
+        return str(beside)
+    import shutil
+
+    return shutil.which("mpiexec.hydra") or shutil.which("mpiexec")
+
+
+def launch_options(nodes, cleanup, nprocs):
+    """Hydra's options for ``nprocs`` ranks on ``nodes`` simulated nodes (the fork launcher:
+    one proxy per named host), with ``cleanup`` ``auto`` or ``disabled``."""
+    options = []
+    if nodes > 1:
+        options += ["-launcher", "fork", "-hosts", ",".join(f"n{i}" for i in range(nodes)),
+                    "-ppn", str(nprocs // nodes)]
+    if cleanup == "disabled":
+        options.append("-disable-auto-cleanup")
+    return [*options, "-n", str(nprocs)]
+
+
+def job_processes(marker):
+    """``[(pid, command line)]`` of live processes whose command line holds ``marker``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            words = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in words and int(proc.name) != os.getpid():
+            found.append((int(proc.name), b" ".join(words).decode(errors="replace").strip()))
+    return found
+
+
+def kill_job(group, marker):
+    """SIGKILL the process group ``group`` (None: none) and every process carrying ``marker``."""
+    if group is not None:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for pid, _ in job_processes(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_job(command, marker, env=None, timeout=60.0, grace=3.0, cwd=None):
+    """Run ``command`` once on the MPI library's default transport (``env`` added); an
+    ``Outcome``. A job still running after ``timeout`` seconds is killed, and so is whatever
+    carries ``marker`` ``grace`` seconds after it ended (and is listed as left behind)."""
+    job_env = {k: v for k, v in os.environ.items() if k not in TRANSPORT_VARIABLES}
+    job_env.update(HYDRA_ENV)
+    job_env.update(env or {})
+    start = time.monotonic()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", env=job_env, start_new_session=True, cwd=cwd)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        ended, code = True, proc.returncode
+    except subprocess.TimeoutExpired:
+        ended, code = False, None
+        kill_job(proc.pid, marker)
+        out, _ = proc.communicate(timeout=30)
+    seconds = time.monotonic() - start
+    deadline = time.monotonic() + grace  # processes told to go may take a moment
+    while True:
+        leftovers = job_processes(marker)
+        if not leftovers or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if leftovers:
+        kill_job(None, marker)
+    return Outcome(ended, code, seconds, out, leftovers, command)
+
+
+def print_table(scenarios, run, verdict, jobs, show):
+    """Run ``scenarios`` (``jobs`` at a time) with ``run(scenario) -> Outcome``, print one
+    Markdown row each with ``verdict(scenario, outcome)``; the exit code (1 if any is not ok)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    print("| launcher | nodes | cleanup | victim | how | result | exit | seconds |")
+    print("|---|---|---|---|---|---|---|---|")
+    bad = 0
+    with ThreadPoolExecutor(jobs) as pool:
+        for s, o in zip(scenarios, pool.map(run, scenarios)):
+            v = verdict(s, o)
+            bad += v != "ok"
+            print(f"| {s.launcher} | {s.nodes} | {s.cleanup} | {s.victim} | {s.how} | {v} | "
+                  f"{o.code} | {o.seconds:.1f} |", flush=True)
+            if show and v != "ok":
+                print(" ".join(o.command), "\n", o.output[-3000:], o.leftovers, flush=True)
+    print(f"{len(scenarios) - bad} of {len(scenarios)} ok")
+    return 1 if bad else 0
