@@ -79,6 +79,7 @@ class Dispatcher:
         self._capacity = capacity
         self._per_worker = get_config().ps_inflight_per_worker
         self._heartbeat_limit = 3 * get_config().ps_heartbeat_seconds
+        self._last_check = time.monotonic()  # when this thread last judged the heartbeats
         roles = runtime.roles
         now = time.monotonic()
         self._workers = [_Worker(task, rank, now) for task, rank in enumerate(roles.worker_ranks)]
@@ -203,11 +204,10 @@ class Dispatcher:
             with self._cond:
                 if self._stopping:
                     return
-            busy = False
-            while (got := transport.try_recv(CTRL, ANY, ANY)) is not None:
-                self._on_message(*got)
-                busy = True
+            busy = self._drain(transport)
             busy = self._send_work() or busy
+            # Heartbeats that came while large arguments were sent count before any verdict.
+            busy = self._drain(transport) or busy
             self._check_heartbeats()
             transport.progress()  # a large argument's buffer is freed once it has left
             if busy:
@@ -345,8 +345,28 @@ class Dispatcher:
             closure.attempt += 1
             closure.remote_value.reset()
 
+    def _drain(self, transport: Any) -> bool:
+        """Handle every message waiting on the control channel; whether there was one."""
+        got_any = False
+        while (got := transport.try_recv(CTRL, ANY, ANY)) is not None:
+            self._on_message(*got)
+            got_any = True
+        return got_any
+
     def _check_heartbeats(self) -> None:
         now = time.monotonic()
+        stalled = now - self._last_check > self._heartbeat_limit / 3
+        self._last_check = now
+        if stalled:
+            # This thread itself did not run for a heartbeat's interval (the GIL held by a
+            # large pickle, a loaded machine): the silence it saw is its own, not the peers'.
+            # Their clocks restart from now.
+            with self._cond:
+                for worker in self._workers:
+                    worker.last_seen = max(worker.last_seen, now - self._heartbeat_limit / 3)
+                for rank in self._ps_seen:
+                    self._ps_seen[rank] = max(self._ps_seen[rank], now - self._heartbeat_limit / 3)
+            return
         with self._cond:
             for worker in self._workers:
                 if worker.alive and now - worker.last_seen > self._heartbeat_limit:
