@@ -32,6 +32,7 @@ __all__ = ["private_duplicate", "announce_departure"]
 # On MPI_COMM_WORLD, below MPI's guaranteed MPI_TAG_UB (32767); only probed for, never
 # received, so a program's own receives never see it unless they post this very tag.
 _DEPARTURE_TAG = 32_741
+_MAX_DEPARTURE_NOTES = 1024  # job sizes up to which a departing rank tells every other rank
 _state = {"arrived": False}
 
 
@@ -100,8 +101,8 @@ def announce_departure() -> None:
         return
     world = mpi.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
-    if size == 1:
-        return
+    if size == 1 or size > _MAX_DEPARTURE_NOTES:
+        return  # above it, n * (n - 1) notes at exit cost more than they save
     note = bytearray(1)
     for peer in range(size):
         if peer != rank:
