@@ -471,9 +471,15 @@ def model_per_example_loss(model, x, y, backend=None):
 def _split_loss_output(out, y):
     per_example, predictions = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
     if getattr(per_example, "ndim", 0) < 1:
+        got = "a scalar" if getattr(per_example, "ndim", None) == 0 or np.isscalar(per_example) \
+            else short_repr(per_example)
+        unbatched = np.ndim(y) == 0 if not isinstance(y, (tuple, list, dict)) else False
+        hint = (" Here y is a single label (no batch dimension): the dataset yields single "
+                "examples, so batch it first, e.g. dataset.batch(GLOBAL_BATCH_SIZE)."
+                if unbatched else "")
         raise ValueError(
             f"model.loss(params, x, y) must return the per-example losses (one per example of "
-            f"the batch, shape (batch,)) or (per_example_losses, predictions); got "
-            f"{short_repr(per_example)}. fit sums them over the global batch itself.")
+            f"the batch, shape (batch,)) or (per_example_losses, predictions); got {got}. fit "
+            f"sums them over the global batch itself.{hint}")
     check_per_example(per_example, y, "model.loss(params, x, y)")
     return per_example, predictions
