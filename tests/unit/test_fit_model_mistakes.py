@@ -60,3 +60,13 @@ def test_a_callback_class_instead_of_an_instance():
     with pytest.raises(TypeError, match=r"argument 'callbacks'.*pass an instance, BackupAndRestore"):
         mpidist.fit(model, ds, epochs=1, optimizer=mpidist.optimizers.SGD(0.1),
                     autodiff="autograd", verbose=0, callbacks=[mpidist.callbacks.BackupAndRestore])
+
+
+def test_an_unbatched_dataset_is_named_as_the_cause():
+    model, w = _model("ok")
+    model.__class__.trainable_variables = property(lambda self: [self.w])
+    ds = mpidist.data.Dataset.from_tensor_slices((X, Y))  # forgot .batch(...)
+    with pytest.raises(ValueError, match=r"y is a single label .*dataset\.batch\(GLOBAL_BATCH_SIZE\)"):
+        mpidist.fit(model, ds, epochs=1, optimizer=mpidist.optimizers.SGD(0.1),
+                    autodiff="autograd", verbose=0)
+    np.testing.assert_array_equal(w.numpy(), np.zeros(3))
