@@ -26,7 +26,10 @@ def validate_destinations(destinations: Any) -> None:
     if isinstance(destinations, str):
         if not destinations.strip():
             raise ValueError("destinations can not be empty: pass a device string such as '/cpu:0'.")
-        parse_device(destinations)
+        try:
+            parse_device(destinations)
+        except ValueError as exc:  # name the argument the string came in
+            raise ValueError(f"destinations: {exc}") from None
         return
     raise ValueError(
         "destinations must be one of a `DistributedValues` object, an `mpidist.Variable` object, "

@@ -19,6 +19,7 @@ from mpidist.backend.threads import cap_replica_threads
 from mpidist.config import get_config
 from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec, parse_device
+from mpidist.core.signatures import accepts
 from mpidist.data.distributed import InputWorkers
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
 from mpidist.strategies.mirrored import MirroredExtended
@@ -132,6 +133,7 @@ class CentralStorageExtended(MirroredExtended):
         """The one device variables live on, as a 1-tuple."""
         return (str(self._parameter_device),)
 
+    @accepts()
     def non_slot_devices(self, var_list: Sequence[Variable]) -> tuple[str, ...] | Variable:
         """Where state that is no variable's slot goes: by the variable first in name order,
         as TF's parameter-server strategies say (every variable is on the parameter device)."""

@@ -2,9 +2,10 @@
 no distribution)."""
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from mpidist.core import state
+from mpidist.core.signatures import NonEmpty, accepts
 from mpidist.data.inputs import check_dataset_fn, check_input
 from mpidist.data.options import InputContext, InputOptions
 from mpidist.ops.destinations import Destinations
@@ -70,6 +71,7 @@ class _DefaultExtended(SingleReplicaExtended):
     def parameter_devices(self) -> tuple[str, ...]:
         raise RuntimeError("parameter_devices() method unsupported by default mpidist.Strategy.")
 
+    @accepts(var_list=Annotated[Sequence[Variable], NonEmpty()])
     def non_slot_devices(self, var_list: Sequence[Variable]) -> Variable:
         return min(var_list, key=lambda v: v.name)
 

@@ -454,6 +454,7 @@ class StrategyExtended:
     def experimental_between_graph(self) -> bool:
         return False
 
+    @accepts()
     def non_slot_devices(self, var_list: Sequence[Variable]) -> tuple[str, ...] | Variable:
         return self.worker_devices
 
@@ -535,6 +536,7 @@ class StrategyExtended:
             raise AssertionError("broadcast_to needs destinations: a distributed value, variable "
                                  "or device string.")
         _check_single_destination(destinations)
+        validate_destinations(destinations)
         if isinstance(tensor, (int, float)) and not isinstance(tensor, bool):
             return tensor
         return self._broadcast_to(tensor, destinations)
@@ -558,6 +560,7 @@ class StrategyExtended:
     def _host_device(self) -> DeviceSpec:
         return DeviceSpec("CPU", 0)
 
+    @accepts(fn=Any, args=Any, kwargs=Any)  # the body's messages name the common confusions
     def update(self, var: Any, fn: Callable[..., Any], args: Sequence[Any] = (),
                kwargs: dict[str, Any] | None = None, group: bool = True) -> Any:
         """Run ``fn(component, *args, **kwargs)`` on each component of ``var``.
@@ -588,6 +591,7 @@ class StrategyExtended:
         with self._container_strategy().scope():
             return self._call_for_each_replica(fn, tuple(args), kwargs)
 
+    @accepts(fn=Any, args=Any, kwargs=Any)  # as update
     def update_non_slot(self, colocate_with: Any, fn: Callable[..., Any],
                         args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
                         group: bool = True) -> Any:

@@ -229,6 +229,7 @@ class SyncOnReadVariable(DistributedVariable):
             )
         values = self._per_component(value)
         if self._aggregation is VariableAggregation.SUM:
+            self._validate_all(values)  # a wrong value is named before the division below
             # Keep the sum: a SUM variable assigned x holds x / N on each of its N replicas.
             n = self._distribute_strategy.num_replicas_in_sync
             values = [
