@@ -103,6 +103,8 @@ def positive_int(name, value):
 def count_int(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}.")
+    if not -2 ** 63 <= value < 2 ** 63:  # tf.data's counts are int64 (and islice's limit)
+        raise InvalidArgumentError(f"{name} must fit in an int64, got {value}.")
     return int(value)
 
 

@@ -125,7 +125,9 @@ class ClusterCoordinator:
         PerWorkerValues becomes each worker's own result. (TF keeps this under the private name
         ``_create_per_worker_resources``, which works here too.)"""
         if not is_function(fn):
-            raise TypeError(f"per-worker resources are built by an @mpidist.function, got {fn!r}.")
+            raise TypeError("create_per_worker_resources: fn builds the per-worker resources on "
+                            f"each worker, so it must be an @mpidist.function, got {fn!r}; "
+                            "decorate it with @mpidist.function.")
         values = []
         family = 0
         for task in range(self._strategy.extended.num_workers):
