@@ -6,6 +6,7 @@ all-reduced), and only the chief writes files or prints.
 
 import os
 import shutil
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -83,6 +84,7 @@ class History(Callback):
         self.history = {}
         self.epoch = []
 
+    @accepts(logs=Mapping | None)  # fit's dict of metric values
     def on_epoch_end(self, epoch, logs=None):
         self.epoch.append(epoch)
         for key, value in (logs or {}).items():

@@ -70,9 +70,11 @@ EXCLUDED = {
     "Variable.write_scatter": "as above", "Variable.adopt_storage": "as above",
     "ClusterResolver": "abstract base (TF's): its subclasses are walked",
 }
-# Callback hooks are called by fit, with fit's context set (set_context), not by users.
-EXCLUDED.update({f"{cls}.{hook}": "a hook fit calls after set_context" for cls in
-                 ("Callback", "History", "ModelCheckpoint", "BackupAndRestore")
+# Callback hooks are called by fit, with fit's context set (set_context), not by users; the
+# walk sets a context on Callback, History and ModelCheckpoint (their recipes) and calls them;
+# BackupAndRestore's need fit's loop (attach).
+EXCLUDED.update({f"{cls}.{hook}": "a hook fit calls after set_context and attach" for cls in
+                 ("BackupAndRestore",)
                  for hook in ("on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end",
                               "on_train_batch_begin", "on_train_batch_end", "set_context",
                               "attach", "backup_now")
@@ -294,6 +296,14 @@ class World:
         }.get(label, {"name": f"extra{next(_NAMES)}"} if label and label.endswith(".add_weight")
               else {})
 
+    def in_fit(self, callback, begin=False):
+        """``callback`` with the context fit gives it before training starts (and after
+        ``on_train_begin`` where ``begin``)."""
+        callback.set_context(self.model, self.opt, self.strategy, {"epochs": 1, "steps": 1})
+        if begin:
+            callback.on_train_begin()
+        return callback
+
     def instance(self, cls):
         """A valid instance of ``cls`` (None where the walk builds none)."""
         name = cls.__name__
@@ -319,8 +329,10 @@ class World:
             "CommunicationOptions": mpidist.experimental.CommunicationOptions,
             "ShardedVariable": lambda: mpidist.experimental.ShardedVariable(
                 [mpidist.Variable(np.ones((2,))), mpidist.Variable(np.ones((1,)))]),
-            "Callback": mpidist.callbacks.Callback, "History": mpidist.callbacks.History,
-            "ModelCheckpoint": lambda: mpidist.callbacks.ModelCheckpoint(self.dir),
+            "Callback": lambda: self.in_fit(mpidist.callbacks.Callback()),
+            "History": lambda: self.in_fit(mpidist.callbacks.History()),
+            "ModelCheckpoint": lambda: self.in_fit(mpidist.callbacks.ModelCheckpoint(self.dir),
+                                                   begin=True),
             "BackupAndRestore": lambda: mpidist.callbacks.BackupAndRestore(self.dir),
             "Optional": lambda: mpidist.data.experimental.Optional.from_value(np.ones(2)),
             "RemoteValue": (lambda: self.coordinator.schedule(self.one)) if self.kind == "ps"
@@ -592,4 +604,4 @@ def test_coverage():
 
 
 # Measured on this file's last change; raise them when the walk covers more.
-FLOOR_COVERED, FLOOR_MISTAKES, CEILING_SKIPPED = 322, 3496, 6
+FLOOR_COVERED, FLOOR_MISTAKES, CEILING_SKIPPED = 343, 3832, 6
