@@ -52,7 +52,22 @@ def configuration_facts(resolver):
 
 def format_master_url(master, rpc_layer=None):
     """``"<rpc_layer>://<master>"``, or ``master`` alone when there is no rpc layer."""
+    if rpc_layer is not None and not isinstance(rpc_layer, str):
+        raise TypeError(f"rpc_layer must be a protocol name such as 'grpc', or None; got "
+                        f"{type(rpc_layer).__name__} {rpc_layer!r}.")
     return f"{rpc_layer}://{master}" if rpc_layer else master
+
+
+def master_address(spec, task_type, task_id):
+    """``spec``'s address of the task ``master(task_type, task_id)`` names; an error names
+    master's arguments (ClusterSpec's own call them job_name and task_index)."""
+    try:
+        return spec.task_address(task_type, task_id)
+    except (TypeError, ValueError) as exc:
+        if exc.args and isinstance(exc.args[0], str):
+            exc.args = (f"master(task_type={task_type!r}, task_id={task_id!r}): "
+                        f"{exc.args[0]}",) + exc.args[1:]
+        raise
 
 
 class ClusterResolver(abc.ABC):
@@ -178,7 +193,7 @@ class SimpleClusterResolver(ClusterResolver):
         """The address of the named task if both ``task_type`` and ``task_id`` are given, else
         the ``master`` given to the constructor; prefixed with the rpc layer if there is one."""
         if task_type is not None and task_id is not None:
-            address = self._cluster_spec.task_address(task_type, task_id)
+            address = master_address(self._cluster_spec, task_type, task_id)
         else:
             address = self._master
         return format_master_url(address, rpc_layer or self._rpc_layer)

@@ -13,7 +13,7 @@ variables, so the resolver works the same under mpiexec, mpirun and srun.
 import os
 
 from mpidist.backend import num_gpus
-from mpidist.cluster_resolver.base import ClusterResolver, format_master_url
+from mpidist.cluster_resolver.base import ClusterResolver, format_master_url, master_address
 from mpidist.cluster_resolver.cluster_spec import ClusterSpec
 from mpidist.comm.arrival import private_duplicate
 from mpidist.comm.communicator import world_communicator
@@ -325,7 +325,7 @@ class MPIClusterResolver(ClusterResolver):
             return ""
         task_type = self._task_type if task_type is None else task_type
         task_id = self._task_id if task_id is None else task_id
-        address = self.cluster_spec().task_address(task_type, task_id)
+        address = master_address(self.cluster_spec(), task_type, task_id)
         return format_master_url(address, rpc_layer or self._rpc_layer)
 
     def _settings_to_agree(self):

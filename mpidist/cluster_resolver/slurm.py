@@ -9,7 +9,7 @@ of that list (``--distribution=cyclic`` breaks it, as in TF).
 import os
 import subprocess
 
-from mpidist.cluster_resolver.base import ClusterResolver, format_master_url
+from mpidist.cluster_resolver.base import ClusterResolver, format_master_url, master_address
 from mpidist.cluster_resolver.cluster_spec import ClusterSpec
 from mpidist.cluster_resolver.hostlist import expand_hostlist, expand_tasks_per_node
 from mpidist.launcher_env import (
@@ -231,7 +231,7 @@ class SlurmClusterResolver(ClusterResolver):
         task_id = self.task_id if task_id is None else task_id
         if task_type is None or task_id is None:
             return ""
-        address = self._spec().task_address(task_type, task_id)
+        address = master_address(self._spec(), task_type, task_id)
         return format_master_url(address, rpc_layer or self.rpc_layer)
 
     def num_accelerators(self, task_type=None, task_id=None, config_proto=None):

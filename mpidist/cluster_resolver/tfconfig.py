@@ -12,7 +12,7 @@ It is re-read on every access, so changes made after the resolver was built are 
 import json
 import os
 
-from mpidist.cluster_resolver.base import ClusterResolver, format_master_url
+from mpidist.cluster_resolver.base import ClusterResolver, format_master_url, master_address
 from mpidist.cluster_resolver.cluster_spec import ClusterSpec
 
 __all__ = ["TFConfigClusterResolver", "TF_CONFIG_EXAMPLE"]
@@ -153,4 +153,4 @@ class TFConfigClusterResolver(ClusterResolver):
                 "and none was given as task_type/task_id."
             )
         rpc_layer = self.rpc_layer if rpc_layer is None else rpc_layer
-        return format_master_url(cluster_spec.task_address(task_type, task_id), rpc_layer)
+        return format_master_url(master_address(cluster_spec, task_type, task_id), rpc_layer)
