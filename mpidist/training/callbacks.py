@@ -7,10 +7,11 @@ all-reduced), and only the chief writes files or prints.
 import os
 import shutil
 from collections.abc import Mapping
+from typing import Annotated
 
 import numpy as np
 
-from mpidist.core.signatures import accepts
+from mpidist.core.signatures import NonNegative, accepts
 from mpidist.training.checkpoint import Checkpoint, CheckpointManager
 from mpidist.values.variables import Variable
 
@@ -203,6 +204,7 @@ class BackupAndRestore(Callback):
         self._progress.assign(np.array([epoch, step, loss_sum, count], np.float64))
         self.manager.save()
 
+    @accepts(batch=Annotated[int, NonNegative()])
     def backup_now(self, batch):
         """Back up at the end of step ``batch`` of the current epoch, as the periodic backups
         do (call it from ``on_train_batch_end`` on every rank, e.g. when the job is told it
@@ -213,6 +215,7 @@ class BackupAndRestore(Callback):
         if self.save_freq != "epoch" and self._loop.global_step % self.save_freq == 0:
             self.backup_now(batch)
 
+    @accepts(epoch=Annotated[int, NonNegative()])
     def on_epoch_end(self, epoch, logs=None):
         if self.save_freq == "epoch":
             self._backup(epoch + 1, 0)
