@@ -1,8 +1,10 @@
 """Generated mistakes against the whole public API (issue 22, item 3).
 
 Walks ``mpidist.__all__`` and the public submodules' ``__all__``: every function, every class's
-constructor and every public method of an instance built in a valid way. For each, under each
-strategy, Hypothesis replaces ONE argument of a valid call with a generated wrong value (wrong
+constructor and every public method of an instance built in a valid way (as users get it: a
+strategy's variables, ``strategy.extended``, the replica context inside ``strategy.run``,
+callbacks with fit's context, the parameter-server API on an in-process job). For each, under
+each strategy (or the one it exists under, ``ONLY_UNDER``), Hypothesis replaces ONE argument of a valid call with a generated wrong value (wrong
 types, arrays of other shapes and dtypes, None, empty and nested values, strings for numbers,
 classes for instances, bound methods for values) and asserts:
 
@@ -208,7 +210,7 @@ class World:
         if self.kind == "ps":
             try:
                 with deadline(DEADLINE_S):
-                    self.coordinator.join()
+                    self.coordinator.join()  # wait-ok: bounded inside, and by deadline()
             except Hang:
                 raise
             except Exception:  # noqa: BLE001 - the error of a closure a mistake scheduled
