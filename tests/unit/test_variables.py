@@ -999,3 +999,17 @@ def test_variable_refuses_the_internal_distribute_strategy_argument():
         mpidist.Variable(np.ones(2), distribute_strategy=mpidist.get_strategy())
     v = mpidist.Variable.plain(np.ones(2), distribute_strategy=None)
     assert v.distribute_strategy is None and v.numpy().tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("bad", [None, "abc"])
+def test_sum_sync_on_read_assign_of_a_wrong_value_names_it_and_changes_nothing(bad):
+    """Cross-replica ``assign`` of a SUM SyncOnReadVariable divides the value by the replica
+    count: a wrong value is refused by the assignment check first (was a bare TypeError from
+    ``None / 2``)."""
+    s = S(2)
+    with s.scope():
+        v = mpidist.Variable(np.ones(3), synchronization=Sync.ON_READ, aggregation=Agg.SUM)
+    before = v.numpy().copy()
+    with pytest.raises(TypeError, match=r"Cannot assign .* to variable .*: pass a numeric array"):
+        v.assign(bad)
+    np.testing.assert_array_equal(v.numpy(), before)
