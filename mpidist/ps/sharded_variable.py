@@ -21,6 +21,7 @@ from mpidist.backend import as_array
 from mpidist.core.sharding import row_offsets
 from mpidist.errors import InvalidArgumentError
 from mpidist.types import Array
+from mpidist.values.containers import DistributedValues
 from mpidist.values.indexed_slices import IndexedSlices, row_indices
 from mpidist.values.variables import Variable
 
@@ -49,6 +50,12 @@ class ShardedVariable:
             raise TypeError(
                 "Argument `variables` should be a non-empty list of `variables.Variable`s. "
                 f"Received {variables!r}")
+        distributed = [type(v).__name__ for v in variables if isinstance(v, DistributedValues)]
+        if distributed:  # a shard is written in place, one copy (a replica's would diverge)
+            raise TypeError(
+                "Argument `variables` should hold one copy each (as ParameterServerStrategy "
+                f"creates them), got {', '.join(distributed)}: create the shards outside a "
+                "MirroredStrategy scope.")
         dtypes = [v.dtype for v in variables]
         if len(set(dtypes)) > 1:
             raise ValueError(

@@ -102,6 +102,8 @@ ONLY_UNDER = {"ParameterServerStrategy": {"ps"}, "ClusterCoordinator": {"ps"},
               "exact_evaluation": {"ps"}, "RemoteValue.get": {"ps"}, "RemoteValue.fetch": {"ps"},
               "DistributedVariable": {"mirrored"}, "MirroredVariable": {"mirrored"},
               "SyncOnReadVariable": {"mirrored"},
+              # shards hold one copy each: MirroredStrategy's variables are refused
+              "ShardedVariable": {"default", "one_device", "central_storage"},
               "DistributedDataset": {"one_device", "mirrored", "central_storage"},
               "DistributedIterator": {"one_device", "mirrored", "central_storage"},
               # the default strategy has one device: destinations=None only (TF's)
@@ -662,4 +664,4 @@ def test_coverage():
 
 
 # Measured on this file's last change; raise them when the walk covers more.
-FLOOR_COVERED, FLOOR_MISTAKES, CEILING_SKIPPED = 362, 4072, 6
+FLOOR_COVERED, FLOOR_MISTAKES, CEILING_SKIPPED = 362, 4052, 3

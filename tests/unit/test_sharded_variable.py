@@ -349,3 +349,13 @@ def test_sharded_variable_inside_a_trackable_and_restored_later(tmp_path):
     model.embedding = sharded((1, 1, 3), table=np.zeros((5, 2), np.float32))
     status.run_restore_ops()  # deferred restore into the sharded variable created after
     np.testing.assert_array_equal(np.asarray(model.embedding), TABLE)
+
+
+def test_shards_made_in_a_mirrored_scope_are_refused_by_name():
+    """A shard is written in place, one copy: MirroredVariables (one copy per replica) are
+    refused at construction, naming them (was an AttributeError on the first assign)."""
+    with mirrored(2).scope():
+        shards = [V(np.ones(2)), V(np.ones(1))]
+    with pytest.raises(TypeError, match=r"`variables` should hold one copy each .* got "
+                                        r"MirroredVariable, MirroredVariable"):
+        ShardedVariable(shards)
