@@ -108,6 +108,25 @@ def run_job(command, marker, env=None, timeout=60.0, grace=3.0, cwd=None):
     return Outcome(ended, code, seconds, out, leftovers, command)
 
 
+def matrix_main(argv, description, scenarios, run, verdict, ci_scenarios=None):
+    """The command line of a matrix: ``--jobs``, ``--timeout``, ``--only TEXT``, ``--show``
+    (and ``--ci`` where there is a CI subset); runs ``run(scenario, timeout)`` and prints the
+    table. The exit code: 1 if any scenario is not ok."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--only", default="", help="substring of the scenario names to run")
+    if ci_scenarios is not None:
+        parser.add_argument("--ci", action="store_true", help="only the CI subset")
+    parser.add_argument("--show", action="store_true", help="print the output of failures")
+    args = parser.parse_args(argv)
+    chosen = ci_scenarios if getattr(args, "ci", False) else scenarios
+    chosen = [s for s in chosen if args.only in str(s)]
+    return print_table(chosen, lambda s: run(s, args.timeout), verdict, args.jobs, args.show)
+
+
 def print_table(scenarios, run, verdict, jobs, show):
     """Run ``scenarios`` (``jobs`` at a time) with ``run(scenario) -> Outcome``, print one
     Markdown row each with ``verdict(scenario, outcome)``; the exit code (1 if any is not ok)."""

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fault_jobs import HYDRA_ENV, TRANSPORT_VARIABLES, Outcome, hydra, job_processes, launch_options, \
-    print_table, run_job
+    matrix_main, run_job
 
 PROGRAM = Path(__file__).parent / "failure_programs" / "real_fault.py"
 NPROCS = 4
@@ -122,17 +122,8 @@ def verdict(scenario, outcome):
 
 
 def main(argv):
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Run the real-fault matrix; print a table.")
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--only", default="", help="substring of the scenario names to run")
-    parser.add_argument("--show", action="store_true", help="print the output of failures")
-    args = parser.parse_args(argv)
-    scenarios = [s for s in all_scenarios() if args.only in str(s)]
-    return print_table(scenarios, lambda s: run_scenario(s, args.timeout), verdict, args.jobs,
-                       args.show)
+    return matrix_main(argv, "Run the real-fault matrix; print a table.", all_scenarios(),
+                       run_scenario, verdict)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import uuid
 from pathlib import Path
 from typing import NamedTuple
 
-from fault_jobs import HYDRA_ENV, TRANSPORT_VARIABLES, Outcome, hydra, launch_options, print_table, \
+from fault_jobs import HYDRA_ENV, TRANSPORT_VARIABLES, Outcome, hydra, launch_options, matrix_main, \
     run_job
 
 PROGRAM = Path(__file__).parent / "ps_programs" / "real_fault_job.py"
@@ -175,19 +175,8 @@ def verdict(scenario, outcome):
 
 
 def main(argv):
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Run the PS real-fault matrix; print a table.")
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--only", default="", help="substring of the scenario names to run")
-    parser.add_argument("--ci", action="store_true", help="only the CI subset")
-    parser.add_argument("--show", action="store_true", help="print the output of failures")
-    args = parser.parse_args(argv)
-    scenarios = CI_SCENARIOS if args.ci else all_scenarios()
-    scenarios = [s for s in scenarios if args.only in str(s)]
-    return print_table(scenarios, lambda s: run_scenario(s, args.timeout), verdict, args.jobs,
-                       args.show)
+    return matrix_main(argv, "Run the PS real-fault matrix; print a table.", all_scenarios(),
+                       run_scenario, verdict, ci_scenarios=CI_SCENARIOS)
 
 
 if __name__ == "__main__":

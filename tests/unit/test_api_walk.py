@@ -37,6 +37,8 @@ import mpidist
 from mpidist import errors
 from mpidist.ps.local import InProcessCluster
 
+from linear_model import LinearModel
+
 ALLOWED = (TypeError, ValueError, errors.MpidistError, NotImplementedError, RuntimeError)
 DEADLINE_S = 10
 EXAMPLES = 4
@@ -163,19 +165,6 @@ def _strategy(kind, cluster=None):
     return mpidist.experimental.CentralStorageStrategy(["/cpu:0", "/cpu:1"])
 
 
-class Model:
-    def __init__(self):
-        self.w = mpidist.Variable(np.zeros((2, 1)), name="w")
-        self.trainable_variables = [self.w]
-
-    def loss_and_gradients(self, x, y):
-        err = x @ np.asarray(self.w) - y.reshape(-1, 1)
-        return (err[:, 0] ** 2, [2 * x.T @ err / len(x)])
-
-    def predict(self, x):
-        return x @ np.asarray(self.w)
-
-
 class World:
     """Valid objects and argument values under one strategy's scope."""
 
@@ -191,7 +180,7 @@ class World:
             self.one_shard = mpidist.function(lambda shard: sum(1 for _ in shard))
         self.dir = tempfile.mkdtemp(prefix="api_walk_")
         with self.scope():
-            self.model = Model()
+            self.model = LinearModel()
             self.v = mpidist.Variable(np.ones(3), name="v")
             self.opt = mpidist.optimizers.SGD(0.1, momentum=0.9)
             self.opt.build([self.v])  # get_slot has slots to return

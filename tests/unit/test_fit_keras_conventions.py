@@ -6,24 +6,13 @@ import pytest
 import mpidist
 from mpidist.training.metric_names import METRIC_NAMES, metric_from
 
-
-class Model:
-    def __init__(self):
-        self.w = mpidist.Variable(np.zeros((2, 1)), name="w")
-        self.trainable_variables = [self.w]
-
-    def loss_and_gradients(self, x, y):
-        err = x @ np.asarray(self.w) - y.reshape(-1, 1)
-        return err[:, 0] ** 2, [2 * x.T @ err / len(x)]
-
-    def predict(self, x):
-        return x @ np.asarray(self.w)  # (N, 1) predictions against (N,) labels
+from linear_model import LinearModel
 
 
 def _setup():
     strategy = mpidist.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with strategy.scope():
-        model, opt = Model(), mpidist.optimizers.SGD(0.1)
+        model, opt = LinearModel(), mpidist.optimizers.SGD(0.1)
     x = np.arange(16.0).reshape(8, 2) / 16
     y = x @ np.array([1.0, 2.0])
     return model, opt, mpidist.data.Dataset.from_tensor_slices((x, y)).batch(4), x, y
