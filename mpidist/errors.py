@@ -13,6 +13,8 @@ __all__ = [
     "UnavailableError",
     "CancelledError",
     "AbortedError",
+    "NotFoundError",
+    "DataLossError",
 ]
 
 
@@ -43,3 +45,12 @@ class CancelledError(MpidistError, RuntimeError):
 class AbortedError(MpidistError, RuntimeError):
     """An operation was aborted by the runtime, e.g. a closure on a worker that failed (the
     coordinator runs it again elsewhere)."""
+
+
+class NotFoundError(MpidistError, FileNotFoundError):
+    """A file or other named entity does not exist, e.g. a file an input pipeline was told to
+    read."""
+
+
+class DataLossError(MpidistError, OSError):
+    """A file holds less or other data than its header promises: truncated or corrupted."""

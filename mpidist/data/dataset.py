@@ -32,14 +32,17 @@ from mpidist.data.arguments import (
     to_data,
 )
 from mpidist.data.background import iterate_in_background
+from mpidist.data.file_names import file_list, file_name, match_patterns, require_file
 from mpidist.data.options import Options
 from mpidist.data.spec import TensorSpec, most_specific_common, spec_of
 from mpidist.errors import InvalidArgumentError
 
-__all__ = ["Dataset", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY",
-           "IterationContext", "iterate", "static_batch_size", "source_row_count"]
+__all__ = ["Dataset", "FileReader", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY",
+           "SHARD_HINT", "IterationContext", "iterate", "static_batch_size", "source_row_count",
+           "find_file_reader", "file_count", "has_shard_hints"]
 
 AUTOTUNE = -1
+SHARD_HINT = -1  # shard(SHARD_HINT, SHARD_HINT): filled in by AutoShardPolicy.HINT
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
 _AUTOTUNE_PREFETCH = 2  # what AUTOTUNE means for prefetch: double buffering
@@ -50,14 +53,40 @@ class IterationContext:
 
     ``iteration`` numbers the top-level iterations (a reshuffling shuffle reseeds per
     iteration); ``agreed_seed`` replaces unseeded shuffles' local random seeds (workers agree
-    on it); ``source_shard`` is ``(num_shards, index)`` for FILE auto-sharding.
+    on it); ``source_shard`` is ``(num_shards, index)`` applied to the source at the start of
+    the chain (FILE auto-sharding of a reader's file names, or of an in-memory source where no
+    reader is found); ``file_shard`` is ``(num_shards, index, reader)``: the reader node whose
+    file names FILE auto-sharding splits; ``shard_hint`` is ``(num_shards, index)`` for the
+    ``shard(SHARD_HINT, SHARD_HINT)`` placeholders (HINT; one worker outside distribution).
     """
 
-    def __init__(self, iteration=0, agreed_seed=None, source_shard=None):
+    def __init__(self, iteration=0, agreed_seed=None, source_shard=None, file_shard=None,
+                 shard_hint=(1, 0)):
         self.iteration = iteration
         self.agreed_seed = agreed_seed
         self.source_shard = source_shard
+        self.file_shard = file_shard
+        self.shard_hint = shard_hint
         self._instances = {}
+        self._children = {}
+
+    def file_shard_of(self, reader):
+        """``(num_shards, index)`` if FILE auto-sharding splits ``reader``'s file names."""
+        if self.file_shard is not None and self.file_shard[2] is reader:
+            return self.file_shard[:2]
+        return None
+
+    def child(self, source_shard=None, salt=None):
+        """The context a node iterates a dataset of its own with (a reader's file names, the
+        datasets interleave opens): same pass, a seed derived from the agreed one."""
+        key = (source_shard, salt)
+        if key not in self._children:  # kept: a repeated pass must count its instances on
+            seed = self.agreed_seed
+            if seed is not None and salt is not None:
+                seed = int(np.random.SeedSequence([seed, salt]).generate_state(1, np.uint64)[0])
+            self._children[key] = IterationContext(self.iteration, seed, source_shard,
+                                                   shard_hint=self.shard_hint)
+        return self._children[key]
 
     def next_instance(self, node):
         """How many iterators of ``node`` this iteration created before (repeat re-creates)."""
@@ -129,6 +158,22 @@ class Dataset:
         args = tuple(np.asarray(a) for a in (args or ()))
         return _Generator(generator, args, output_signature)
 
+    @staticmethod
+    def list_files(file_pattern, shuffle=None, seed=None, name=None):
+        """The files matching ``file_pattern`` (a glob pattern or a list of them), one file name
+        (a str) per element. Sorted with ``shuffle=False``; shuffled otherwise (the default, as
+        in TF), in a new order each pass; ``seed`` makes the orders reproducible. A pattern
+        that matches nothing raises InvalidArgumentError naming it.
+
+        Under ``experimental_distribute_dataset`` with several workers, the reader that reads
+        these files (``interleave`` / ``flat_map`` of a reader, ``TextLineDataset``) is what
+        FILE auto-sharding splits: each worker reads its own files (docs/input.md)."""
+        shuffle = True if shuffle is None else flag("shuffle", shuffle)
+        if seed is not None:
+            seed = seed_int(seed)
+        files = _FileList(match_patterns(file_pattern))
+        return _Shuffle(files, max(1, len(files._names)), seed, True) if shuffle else files
+
     # -- transformations -----------------------------------------------------------------------
     def batch(self, batch_size, drop_remainder=False, num_parallel_calls=None, deterministic=None,
               name=None):
@@ -158,8 +203,16 @@ class Dataset:
         return _Repeat(self, count)
 
     def shard(self, num_shards, index, name=None):
-        """Every ``num_shards``-th element, starting at ``index``."""
+        """Every ``num_shards``-th element, starting at ``index``. ``shard(SHARD_HINT,
+        SHARD_HINT)`` is a placeholder that AutoShardPolicy.HINT fills in with the number of
+        workers and this worker's index (one worker, index 0, where nothing distributes it)."""
         num_shards, index = count_int("num_shards", num_shards), count_int("index", index)
+        if (num_shards == SHARD_HINT) != (index == SHARD_HINT):
+            raise InvalidArgumentError(
+                f"shard({num_shards}, {index}): SHARD_HINT is a placeholder for both arguments "
+                "together: use shard(SHARD_HINT, SHARD_HINT), or two numbers.")
+        if num_shards == SHARD_HINT:
+            return _Shard(self, None, None)
         if num_shards <= 0:
             raise InvalidArgumentError(
                 f"Number of shards must be greater than zero (currently num_shards = {num_shards}).")
@@ -175,6 +228,35 @@ class Dataset:
         if not callable(map_func):
             raise TypeError(f"map_func must be callable, got {map_func!r}.")
         return _Map(self, map_func)
+
+    def interleave(self, map_func, cycle_length=None, block_length=None, num_parallel_calls=None,
+                   deterministic=None, name=None):
+        """``map_func(element)`` returns a Dataset for each element; their elements are
+        interleaved (TF's order): ``cycle_length`` datasets are open at once, ``block_length``
+        consecutive elements are taken from each in turn, and an exhausted one is replaced by
+        the next input element's dataset when the cycle comes back to its place.
+
+        ``cycle_length`` None / AUTOTUNE: the number of CPU cores this process may use (as in
+        TF); ``block_length`` None: 1. ``num_parallel_calls`` and ``deterministic`` are
+        accepted for compatibility: the order is always the deterministic one (overlap reading
+        with the step by ``prefetch``). With a file reader as ``map_func``
+        (``list_files(...).interleave(mpidist.data.readers.npy)``) this is the pipeline FILE
+        auto-sharding splits by file."""
+        map_func = _check_map_func("interleave", map_func)
+        if cycle_length is None or cycle_length == AUTOTUNE:
+            cycle_length = _cpu_count()
+        cycle_length = positive_int("cycle_length", cycle_length)
+        block_length = 1 if block_length is None else positive_int("block_length", block_length)
+        if num_parallel_calls is not None and num_parallel_calls != AUTOTUNE:
+            positive_int("num_parallel_calls", num_parallel_calls)
+        if deterministic is not None:
+            flag("deterministic", deterministic)
+        return _Interleave(self, map_func, cycle_length, block_length)
+
+    def flat_map(self, map_func, name=None):
+        """``map_func(element)`` returns a Dataset for each element; their elements follow one
+        another (``interleave`` with ``cycle_length=1``)."""
+        return _Interleave(self, _check_map_func("flat_map", map_func), 1, 1)
 
     def take(self, count, name=None):
         """At most ``count`` elements (-1: all)."""
@@ -256,6 +338,25 @@ class Dataset:
         """The from_tensor_slices source whose rows are this dataset's elements, when every
         step between only selects or reorders elements; else None. Batch then gathers rows
         with one vectorised take per component instead of stacking elements one by one."""
+        return None
+
+    def _yields_blocks(self):
+        """Whether ``_blocks`` works here: file readers produce blocks of rows, and the nodes
+        that only select rows (take, skip, shard, repeat) pass them on; ``batch`` then slices
+        and concatenates blocks instead of stacking elements one by one."""
+        return False
+
+    def _blocks(self, ctx):
+        """The elements as blocks (only where ``_yields_blocks()``): an iterator of nests whose
+        leaves share a leading dimension, the elements being their rows, in order."""
+        raise NotImplementedError
+
+    def _reads_files(self):
+        """Whether this node reads files whose names FILE auto-sharding can split."""
+        return False
+
+    def _file_names_count(self):
+        """How many file names this reader reads, or None where that is unknown."""
         return None
 
     def _chain_from_source(self):
@@ -428,6 +529,9 @@ class _Batch(Dataset):
 
     def _iterate(self, ctx):
         n = self._batch_size
+        if self._inputs[0]._yields_blocks():
+            yield from _batches_of_blocks(self._inputs[0]._blocks(ctx), n, self._drop_remainder)
+            return
         source = self._inputs[0]._index_source()
         if source is not None:
             indices = self._inputs[0]._iterate_indices(ctx)
@@ -452,6 +556,38 @@ class _Batch(Dataset):
         if n < 0:
             return n
         return n // self._batch_size if self._drop_remainder else -(-n // self._batch_size)
+
+
+def _batches_of_blocks(blocks, size, drop_remainder):
+    """Batches of ``size`` rows cut from a stream of blocks (a copy, never a view of a file)."""
+    pending, have, structure = [], 0, None
+    for block in blocks:
+        flat = nest.flatten(block)
+        structure = block if structure is None else structure
+        rows, start = len(flat[0]), 0
+        while start < rows:
+            take = min(size - have, rows - start)
+            pending.append([leaf[start:start + take] for leaf in flat])
+            have, start = have + take, start + take
+            if have == size:
+                yield _pack(structure, [np.concatenate(column) for column in zip(*pending)])
+                pending, have = [], 0
+    if have and not drop_remainder:
+        yield _pack(structure, [np.concatenate(column) for column in zip(*pending)])
+
+
+def _pack(structure, leaves):
+    return nest.pack_sequence_as(structure, leaves) if nest.is_nested(structure) else leaves[0]
+
+
+def _block_rows(block):
+    """The rows of one block, one element each (views of the block)."""
+    flat = nest.flatten(block)
+    if not nest.is_nested(block):
+        yield from flat[0]
+        return
+    for i in range(len(flat[0])):
+        yield nest.pack_sequence_as(block, [leaf[i] for leaf in flat])
 
 
 def _stack(elements):
@@ -487,9 +623,28 @@ class _RowOrderOp(Dataset):
     def _index_source(self):
         return self._inputs[0]._index_source()
 
+    def _yields_blocks(self):
+        return self._inputs[0]._yields_blocks()
+
+    def _blocks(self, ctx):
+        return self._apply_blocks(lambda: self._inputs[0]._blocks(ctx), ctx)
+
     def _apply(self, upstream, ctx):
         """The output stream, given ``upstream()`` making a fresh input stream."""
         raise NotImplementedError
+
+    def _apply_blocks(self, upstream, ctx):
+        """``_apply`` over blocks of rows; as ``_apply`` where the op does not count rows."""
+        return self._apply(upstream, ctx)
+
+
+def _slice_rows(block, start, stop=None, step=1):
+    flat = nest.flatten(block)
+    return _pack(block, [leaf[start:stop:step] for leaf in flat])
+
+
+def _row_count(block):
+    return len(nest.flatten(block)[0])
 
 
 class _Shuffle(_RowOrderOp):
@@ -498,6 +653,9 @@ class _Shuffle(_RowOrderOp):
         self._buffer_size, self._seed, self._reshuffle = buffer_size, seed, reshuffle
         # An unseeded shuffle is random per run but fixed for this object, as in tf.data.
         self._random_seed = int.from_bytes(os.urandom(8), "little")
+
+    def _yields_blocks(self):
+        return False
 
     def _rng(self, ctx):
         instance = ctx.next_instance(self)
@@ -554,14 +712,33 @@ class _Shard(_RowOrderOp):
         super().__init__((input_dataset,))
         self._num_shards, self._index = num_shards, index
 
+    def _shard(self, ctx):
+        if self._num_shards is None:  # shard(SHARD_HINT, SHARD_HINT)
+            return ctx.shard_hint
+        return self._num_shards, self._index
+
     def _apply(self, upstream, ctx):
-        return itertools.islice(upstream(), self._index, None, self._num_shards)
+        num, index = self._shard(ctx)
+        return itertools.islice(upstream(), index, None, num)
+
+    def _apply_blocks(self, upstream, ctx):
+        num, index = self._shard(ctx)
+        position = 0
+        for block in upstream():
+            rows = _row_count(block)
+            first = (index - position) % num
+            if first < rows:
+                yield _slice_rows(block, first, None, num)
+            position += rows
 
     def _cardinality(self):
         n = self._inputs[0]._cardinality()
-        if n < 0:
-            return n
+        if n < 0 or self._num_shards is None:
+            return n if n < 0 else UNKNOWN_CARDINALITY
         return max(0, -(-(n - self._index) // self._num_shards))
+
+    def _is_hint(self):
+        return self._num_shards is None
 
 
 class _Map(Dataset):
@@ -649,6 +826,18 @@ class _Take(_RowOrderOp):
         it = upstream()
         return it if self._count < 0 else itertools.islice(it, self._count)
 
+    def _apply_blocks(self, upstream, ctx):
+        left = self._count
+        if left < 0:
+            yield from upstream()
+            return
+        for block in upstream() if left else ():
+            rows = _row_count(block)
+            yield block if rows <= left else _slice_rows(block, 0, left)
+            left -= min(rows, left)
+            if not left:
+                return
+
     def _cardinality(self):
         n = self._inputs[0]._cardinality()
         if self._count < 0:
@@ -670,6 +859,16 @@ class _Skip(_RowOrderOp):
                 pass
             return
         yield from itertools.islice(it, self._count, None)
+
+    def _apply_blocks(self, upstream, ctx):
+        left = self._count
+        for block in upstream():
+            if left < 0:
+                continue
+            rows = _row_count(block)
+            if rows > left:
+                yield block if not left else _slice_rows(block, left)
+            left = max(0, left - rows)
 
     def _cardinality(self):
         n = self._inputs[0]._cardinality()
@@ -696,6 +895,328 @@ class _Prefetch(Dataset):
         return iterate_in_background(self._inputs[0]._iterate(ctx), self._buffer_size)
 
 
+# -- Files ---------------------------------------------------------------------------------------
+class _FileList(Dataset):
+    """``list_files``'s source: the matching file names, sorted (list_files puts a shuffle after
+    it), so that FILE auto-sharding splits the same sorted list on every worker."""
+
+    def __init__(self, names):
+        super().__init__()
+        self._names = np.array(names)
+
+    def _iterate(self, ctx):
+        yield from _apply_source_shard(ctx, self._names)
+
+    def _compute_spec(self):
+        return TensorSpec((), self._names.dtype)
+
+    def _cardinality(self):
+        return len(self._names)
+
+    def _source_count(self):
+        return len(self._names)
+
+
+class FileReader(Dataset):
+    """Base of the sources that stream the rows of files, one file after another, never
+    holding a whole file: ``TextLineDataset``, the readers of ``mpidist.data.readers`` and
+    ``Dataset.load``'s shards.
+
+    ``filenames`` is one file name, a list of them, or a Dataset of them. A subclass says how
+    to read one file: ``_file_spec(path)``, the element spec from what the file says of itself
+    (a header, a schema) without reading its rows; ``_file_blocks(path)``, its rows in blocks
+    (nests of arrays sharing a leading dimension, in the element's structure); optionally
+    ``_file_rows(path)``, its row count from the header. Every file must have the first file's
+    element spec: one that differs is an error naming both files, raised before any of its rows
+    is produced.
+    """
+
+    reader = "FileReader"  # the public name, for messages
+
+    def __init__(self, filenames):
+        super().__init__()
+        if isinstance(filenames, Dataset):
+            self._names_dataset, self._names = filenames, None
+        else:
+            self._names_dataset = None
+            self._names = file_list(filenames, f"{self.reader}: filenames")
+        self._file_specs = {}
+
+    # -- what a subclass provides ----------------------------------------------------------------
+    def _file_spec(self, path):
+        raise NotImplementedError
+
+    def _file_blocks(self, path):
+        raise NotImplementedError
+
+    def _file_rows(self, path):
+        return None
+
+    # -- the source --------------------------------------------------------------------------------
+    def _file_names(self, ctx):
+        shard = ctx.file_shard_of(self)
+        if self._names is not None:
+            return iter(self._names if shard is None else self._names[shard[1]::shard[0]])
+        names = self._names_dataset._iterate(ctx.child(source_shard=shard))
+        return (file_name(n, f"{self.reader}: an element of filenames") for n in names)
+
+    def _first_file(self):
+        if self._names is not None:
+            return self._names[0]
+        for name in self._names_dataset:
+            return file_name(name, f"{self.reader}: an element of filenames")
+        raise InvalidArgumentError(f"{self.reader}: the dataset of file names is empty.")
+
+    def _spec_of_file(self, path):
+        if path not in self._file_specs:
+            self._file_specs[path] = self._file_spec(require_file(path, self.reader))
+        return self._file_specs[path]
+
+    def _compute_spec(self):
+        return self._spec_of_file(self._first_file())
+
+    def _cardinality(self):
+        if self._names is None:
+            return UNKNOWN_CARDINALITY
+        total = 0
+        for path in self._names:
+            rows = self._file_rows(require_file(path, self.reader))
+            if rows is None:
+                return UNKNOWN_CARDINALITY
+            total += rows
+        return total
+
+    def _yields_blocks(self):
+        return True
+
+    def _blocks(self, ctx):
+        expected, first = self.element_spec, self._first_file()
+        for path in self._file_names(ctx):
+            got = self._spec_of_file(path)
+            if not specs_match(got, expected):
+                raise InvalidArgumentError(
+                    f"{self.reader}: {path} holds elements {got}, but {first} holds {expected}: "
+                    "every file one reader reads must have the same columns, dtypes and row "
+                    "shapes. Convert the odd file, or read it in a pipeline of its own.")
+            for block in self._file_blocks(path):
+                if _row_count(block):
+                    yield block
+
+    def _iterate(self, ctx):
+        for block in self._blocks(ctx):
+            yield from _block_rows(block)
+
+    def _reads_files(self):
+        return True
+
+    def _file_names_count(self):
+        if self._names is not None:
+            return len(self._names)
+        n = self._names_dataset._cardinality()
+        return n if n >= 0 else None
+
+    def _source_count(self):
+        return None
+
+
+def specs_match(a, b):
+    """Whether element specs ``a`` and ``b`` describe the same elements: structure, dtypes
+    (strings of any length alike) and shapes, a dimension unknown in either matching any."""
+    try:
+        nest.assert_same_structure(a, b)
+    except (ValueError, TypeError):
+        return False
+
+    def leaf(x, y):
+        same_dtype = x.dtype == y.dtype or (x.dtype.kind == y.dtype.kind and x.dtype.kind in "US")
+        if not same_dtype:
+            return False
+        if x.shape is None or y.shape is None:
+            return True
+        return len(x.shape) == len(y.shape) and all(
+            d is None or e is None or d == e for d, e in zip(x.shape, y.shape))
+
+    return all(leaf(x, y) for x, y in zip(nest.flatten(a), nest.flatten(b)))
+
+
+def _check_map_func(api, map_func):
+    if not callable(map_func):
+        raise TypeError(f"{api}: map_func must be a callable that returns a Dataset for each "
+                        f"element, got {short(map_func)}.")
+    return map_func
+
+
+def _cpu_count():
+    """The CPU cores this process may run on (TF's AUTOTUNE cycle length)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_END = object()
+
+
+class _BlockCursor:
+    """A position in a stream of blocks: how many rows are left in the current block, and the
+    next rows of it."""
+
+    __slots__ = ("_blocks", "_flat", "_position", "_rows")
+
+    def __init__(self, blocks):
+        self._blocks, self._flat, self._position, self._rows = blocks, None, 0, 0
+
+    def available(self):
+        """Rows left in the current block (the next block loaded if this one is used up);
+        0 at the end of the stream."""
+        while self._position >= self._rows:
+            block = next(self._blocks, _END)
+            if block is _END:
+                return 0
+            self._flat, self._position, self._rows = nest.flatten(block), 0, _row_count(block)
+        return self._rows - self._position
+
+    def take(self, n):
+        """The next ``n`` rows (at most ``available()``), as flat leaves."""
+        start = self._position
+        self._position += n
+        return [leaf[start:start + n] for leaf in self._flat]
+
+
+def _rows_as_blocks(elements):
+    for element in elements:
+        yield nest.map_structure(lambda x: np.asarray(x)[np.newaxis], element)
+
+
+class _Interleave(Dataset):
+    """``interleave`` and ``flat_map`` (cycle length 1): TF's order, element by element, or
+    block by block where the opened datasets read files (several rounds of the cycle at once,
+    by one stack, where every open dataset has the rows at hand)."""
+
+    def __init__(self, input_dataset, map_func, cycle_length, block_length):
+        super().__init__((input_dataset,))
+        self._map_func, self._cycle_length, self._block_length = map_func, cycle_length, block_length
+        self._api = "flat_map" if cycle_length == 1 and block_length == 1 else "interleave"
+        self._probed = None
+
+    def _open(self, index, element):
+        args = element if type(element) is tuple else (element,)
+        inner = self._map_func(*args)
+        if not isinstance(inner, Dataset):
+            raise TypeError(
+                f"{self._api}: map_func must return an mpidist.data.Dataset for each element; "
+                f"for element {index} ({short(element)}) it returned {short(inner)}. Wrap "
+                "arrays in Dataset.from_tensor_slices or from_tensors.")
+        if index and not specs_match(inner.element_spec, self.element_spec):
+            raise InvalidArgumentError(
+                f"{self._api}: the dataset map_func returned for element {index} "
+                f"({short(element)}) has elements {inner.element_spec}, but the one for the "
+                f"first element ({short(self._probe()[1])}) has {self.element_spec}: every "
+                "dataset interleaved must have the same structure, dtypes and shapes.")
+        return inner
+
+    def _probe(self):
+        """(the dataset map_func returns for the first input element, that element), or
+        (None, None) for an empty input: what the element spec and the reader checks read."""
+        if self._probed is None:
+            first = next(self._inputs[0]._iterate(IterationContext()), _END)
+            self._probed = (None, None) if first is _END else (self._open(0, first), first)
+        return self._probed
+
+    def _compute_spec(self):
+        inner = self._probe()[0]
+        if inner is None:
+            raise ValueError(f"The element_spec of this {self._api} is unknown: its input has no "
+                             "element to call map_func on.")
+        return inner.element_spec
+
+    def _cardinality(self):
+        n = self._inputs[0]._cardinality()
+        return 0 if n == 0 else UNKNOWN_CARDINALITY
+
+    def _reads_files(self):
+        inner = self._probe()[0]
+        return inner is not None and any(node._reads_files() for node in inner._chain_from_source())
+
+    def _file_names_count(self):
+        n = self._inputs[0]._cardinality()
+        return n if n >= 0 else None
+
+    def _yields_blocks(self):
+        inner = self._probe()[0]
+        return inner is not None and inner._yields_blocks()
+
+    def _opened(self, ctx):
+        """(index, dataset) for each input element, the FILE shard applied to the input."""
+        shard = ctx.file_shard_of(self)
+        source = self._inputs[0]
+        elements = source._iterate(ctx if shard is None else ctx.child(source_shard=shard))
+        for index, element in enumerate(elements):
+            yield index, (self._open(index, element) if index else self._probe()[0])
+
+    def _iterate(self, ctx):
+        return self._interleave(ctx, blocks=False)
+
+    def _blocks(self, ctx):
+        return self._interleave(ctx, blocks=True)
+
+    def _start(self, ctx, index, inner, blocks):
+        child = ctx.child(salt=index)
+        if not blocks:
+            return inner._iterate(child)
+        return _BlockCursor(inner._blocks(child) if inner._yields_blocks()
+                            else _rows_as_blocks(inner._iterate(child)))
+
+    def _interleave(self, ctx, blocks):
+        k, b = self._cycle_length, self._block_length
+        structure = self.element_spec if blocks else None
+        opened = self._opened(ctx)
+        slots, cycle, position, live, end = [None] * k, 0, 0, 0, False
+        while not end or live:
+            slot = slots[cycle]
+            if slot is None:
+                if end:
+                    cycle, position = (cycle + 1) % k, 0
+                    continue
+                item = next(opened, _END)
+                if item is _END:
+                    end = True
+                else:
+                    slots[cycle], live = self._start(ctx, *item, blocks), live + 1
+                continue
+            if not blocks:
+                element = next(slot, _END)
+                taken = 0 if element is _END else 1
+            else:
+                if position == 0 and live == k and k > 1:
+                    rounds = min(s.available() for s in slots) // b
+                    if rounds >= 2:  # whole rounds of the cycle in one stack
+                        yield _pack(structure, _stack_rounds(slots[cycle:] + slots[:cycle], rounds, b))
+                        continue
+                taken = min(slot.available(), b - position)
+                element = _pack(structure, slot.take(taken)) if taken else _END
+            if element is _END:
+                slots[cycle], live = None, live - 1
+                cycle, position = (cycle + 1) % k, 0
+                continue
+            yield element
+            position += taken
+            if position == b:
+                cycle, position = (cycle + 1) % k, 0
+
+
+def _stack_rounds(cursors, rounds, block_length):
+    """``rounds`` rounds of the cycle over ``cursors`` (each with the rows at hand), in
+    interleave order: block_length rows of each cursor in turn, round after round."""
+    parts = [c.take(rounds * block_length) for c in cursors]
+    out = []
+    for column in zip(*parts):
+        tail = column[0].shape[1:]
+        stacked = np.stack([p.reshape((rounds, block_length) + tail) for p in column], axis=1)
+        out.append(stacked.reshape((rounds * len(cursors) * block_length,) + tail))
+    return out
+
+
 # -- What the distribution layer asks of a dataset ---------------------------------------------
 # Functions rather than Dataset methods: Dataset keeps tf.data's public API, and
 # ``mpidist.data.distributed`` reads the chain through these.
@@ -717,3 +1238,23 @@ def source_row_count(dataset: Dataset) -> int | None:
     """How many elements the source at the start of ``dataset``'s chain holds (the unit FILE
     auto-sharding splits), or None where that is unknown (a generator)."""
     return dataset._chain_from_source()[0]._source_count()
+
+
+def find_file_reader(dataset: Dataset) -> Dataset | None:
+    """The node FILE auto-sharding splits, TF's rule: walking up from the output, the first
+    node that reads files (a FileReader, or an interleave / flat_map whose datasets read
+    files); None where the pipeline reads no files."""
+    for node in reversed(dataset._chain_from_source()):
+        if node._reads_files():
+            return node
+    return None
+
+
+def file_count(reader: Dataset) -> int | None:
+    """How many files ``reader`` (from ``find_file_reader``) reads, where known."""
+    return reader._file_names_count()
+
+
+def has_shard_hints(dataset: Dataset) -> bool:
+    """Whether ``dataset``'s chain has a ``shard(SHARD_HINT, SHARD_HINT)`` placeholder."""
+    return any(isinstance(node, _Shard) and node._is_hint() for node in dataset._chain_from_source())
