@@ -207,11 +207,7 @@ class Dataset:
         SHARD_HINT)`` is a placeholder that AutoShardPolicy.HINT fills in with the number of
         workers and this worker's index (one worker, index 0, where nothing distributes it)."""
         num_shards, index = count_int("num_shards", num_shards), count_int("index", index)
-        if (num_shards == SHARD_HINT) != (index == SHARD_HINT):
-            raise InvalidArgumentError(
-                f"shard({num_shards}, {index}): SHARD_HINT is a placeholder for both arguments "
-                "together: use shard(SHARD_HINT, SHARD_HINT), or two numbers.")
-        if num_shards == SHARD_HINT:
+        if num_shards == index == SHARD_HINT:
             return _Shard(self, None, None)
         if num_shards <= 0:
             raise InvalidArgumentError(
@@ -1099,7 +1095,7 @@ class _Interleave(Dataset):
         self._api = "flat_map" if cycle_length == 1 and block_length == 1 else "interleave"
         self._probed = None
 
-    def _open(self, index, element):
+    def _open(self, index, element, check=True):
         args = element if type(element) is tuple else (element,)
         inner = self._map_func(*args)
         if not isinstance(inner, Dataset):
@@ -1107,11 +1103,11 @@ class _Interleave(Dataset):
                 f"{self._api}: map_func must return an mpidist.data.Dataset for each element; "
                 f"for element {index} ({short(element)}) it returned {short(inner)}. Wrap "
                 "arrays in Dataset.from_tensor_slices or from_tensors.")
-        if index and not specs_match(inner.element_spec, self.element_spec):
+        if check and not specs_match(inner.element_spec, self.element_spec):
             raise InvalidArgumentError(
                 f"{self._api}: the dataset map_func returned for element {index} "
                 f"({short(element)}) has elements {inner.element_spec}, but the one for the "
-                f"first element ({short(self._probe()[1])}) has {self.element_spec}: every "
+                f"input's first element ({short(self._probe()[1])}) has {self.element_spec}: every "
                 "dataset interleaved must have the same structure, dtypes and shapes.")
         return inner
 
@@ -1120,7 +1116,8 @@ class _Interleave(Dataset):
         (None, None) for an empty input: what the element spec and the reader checks read."""
         if self._probed is None:
             first = next(self._inputs[0]._iterate(IterationContext()), _END)
-            self._probed = (None, None) if first is _END else (self._open(0, first), first)
+            self._probed = (None, None) if first is _END else (
+                self._open(0, first, check=False), first)
         return self._probed
 
     def _compute_spec(self):
@@ -1152,7 +1149,7 @@ class _Interleave(Dataset):
         source = self._inputs[0]
         elements = source._iterate(ctx if shard is None else ctx.child(source_shard=shard))
         for index, element in enumerate(elements):
-            yield index, (self._open(index, element) if index else self._probe()[0])
+            yield index, self._open(index, element)
 
     def _iterate(self, ctx):
         return self._interleave(ctx, blocks=False)

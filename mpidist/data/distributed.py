@@ -30,6 +30,9 @@ from mpidist.data.dataset import (
     UNKNOWN_CARDINALITY,
     Dataset,
     IterationContext,
+    file_count,
+    find_file_reader,
+    has_shard_hints,
     iterate,
     source_row_count,
     static_batch_size,
@@ -127,17 +130,9 @@ def distribute_dataset(dataset, workers, options=None):
     else:
         check_input(dataset, api)
         spec, policy, static_batch = None, AutoShardPolicy.AUTO, None
+    sharding = _sharding(dataset, policy, workers) if isinstance(dataset, Dataset) else _Sharding()
+    policy = sharding.policy if isinstance(dataset, Dataset) else policy
     balanced = policy in (AutoShardPolicy.OFF, AutoShardPolicy.FILE, AutoShardPolicy.HINT)
-    source_shard = None
-    if policy is AutoShardPolicy.FILE and workers.num_workers > 1:
-        source_shard = (workers.num_workers, workers.worker_index)
-        count = source_row_count(dataset)
-        if count is not None and count < workers.num_workers:
-            raise InvalidArgumentError(
-                f"Could not apply FILE based sharding: the dataset only has {count} file(s), "
-                f"which is not enough for the required {workers.num_workers} shards/workers. "
-                "(mpidist shards the source dataset's elements as files.) Use "
-                "AutoShardPolicy.DATA or OFF, or give the source at least one element per worker.")
     cardinality = _cardinality(dataset)
     # With the legacy split every worker reads its batches in the same order; their number is
     # known in advance for an in-memory source or a list. Where every worker claims the same
@@ -153,7 +148,7 @@ def distribute_dataset(dataset, workers, options=None):
 
     def local_steps(iteration):
         passes.start()
-        batches = _iterate(dataset, IterationContext(iteration, agreed.seed, source_shard))
+        batches = _iterate(dataset, sharding.context(iteration, agreed.seed))
         if balanced:
             return rebatch.balanced_steps(batches, workers, static_batch)
         return rebatch.legacy_steps(batches, workers)
@@ -173,7 +168,7 @@ def distribute_dataset(dataset, workers, options=None):
     log.info("distributing a dataset: auto-shard policy %s, %s split over %d replica(s) of "
              "%d worker(s)%s; end-of-data agreement %s", policy.name,
              "balanced" if balanced else "ceil", n, workers.num_workers,
-             f", FILE shard {source_shard}" if source_shard else "",
+             sharding.describe(),
              "per step" if workers.multi_worker and not agreed.same_steps else "not needed")
     return DistributedDataset(local_steps, workers, options, [replica_spec] * workers.replicas_per_worker,
                               cardinality, agree_end=workers.multi_worker and not agreed.same_steps)
@@ -199,6 +194,12 @@ def distribute_from_function(dataset_fn, workers, options=None):
         _check_not_distributed(p, api)
         if isinstance(p, Dataset):
             _check_components(p.element_spec, api)
+            if workers.num_workers > 1 and has_shard_hints(p):
+                raise InvalidArgumentError(
+                    f"{api}: the dataset dataset_fn returned has a shard(SHARD_HINT, "
+                    "SHARD_HINT) placeholder, but nothing auto-shards these datasets: shard "
+                    "them with input_context.num_input_pipelines and "
+                    "input_context.input_pipeline_id.")
         else:
             check_input(p, api, per_replica=True)
     agreed = agree(workers, api)
@@ -226,6 +227,70 @@ def distribute_from_function(dataset_fn, workers, options=None):
         cardinality = UNKNOWN_CARDINALITY  # other workers' pipelines may be longer
     return DistributedDataset(local_steps, workers, options, specs, cardinality,
                               agree_end=workers.multi_worker)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sharding:
+    """How one worker's pass over a dataset is sharded: the policy in effect (AUTO resolved)
+    and the shard each IterationContext carries."""
+
+    policy: AutoShardPolicy = AutoShardPolicy.AUTO
+    file_shard: tuple | None = None  # (num_workers, worker_index, the reader node)
+    source_shard: tuple | None = None  # (num_workers, worker_index) at the chain's source
+    shard_hint: tuple = (1, 0)
+
+    def context(self, iteration, seed):
+        return IterationContext(iteration, seed, self.source_shard, self.file_shard,
+                                self.shard_hint)
+
+    def describe(self):
+        if self.file_shard is not None:
+            return f", files {self.file_shard[1]}::{self.file_shard[0]} of the reader"
+        if self.source_shard is not None:
+            return f", source elements {self.source_shard[1]}::{self.source_shard[0]}"
+        return ""
+
+
+def _sharding(dataset, policy, workers):
+    """TF's auto-shard rules (spec 7.2). FILE: the first reader found walking up from the
+    output reads only this worker's files (fewer files than workers is TF's error); a pipeline
+    that reads no files has its source elements sharded instead (an mpidist extension: TF
+    raises). AUTO: FILE where a reader is found with at least one file per worker, else DATA.
+    HINT: ``shard(SHARD_HINT, SHARD_HINT)`` becomes ``shard(num_workers, worker_index)``."""
+    W, w = workers.num_workers, workers.worker_index  # noqa: N806 - the spec's W
+    if policy is AutoShardPolicy.HINT:
+        return _Sharding(policy, shard_hint=(W, w))
+    if W > 1 and has_shard_hints(dataset):
+        raise InvalidArgumentError(
+            "The dataset has a shard(SHARD_HINT, SHARD_HINT) placeholder, which only "
+            f"AutoShardPolicy.HINT fills in, but its policy is {policy.name}: set "
+            "options.experimental_distribute.auto_shard_policy = AutoShardPolicy.HINT, or "
+            "shard by numbers.")
+    if policy not in (AutoShardPolicy.AUTO, AutoShardPolicy.FILE):
+        return _Sharding(policy)
+    reader = find_file_reader(dataset)
+    count = file_count(reader) if reader is not None else None
+    if policy is AutoShardPolicy.AUTO:
+        if reader is None or (count is not None and count < W):
+            if reader is not None:
+                log.info("AUTO sharding: the dataset has %d file(s) for %d workers; sharding "
+                         "by DATA instead of FILE", count, W)
+            return _Sharding(AutoShardPolicy.DATA)
+        policy = AutoShardPolicy.FILE
+    if W == 1:
+        return _Sharding(policy)
+    if reader is None:
+        count = source_row_count(dataset)
+    if count is not None and count < W:
+        raise InvalidArgumentError(
+            f"Could not apply FILE based sharding: the dataset only has {count} file(s), "
+            f"which is not enough for the required {W} shards/workers. Use "
+            "AutoShardPolicy.DATA or OFF, or split the data into at least one file per "
+            "worker." + ("" if reader is not None else " (This dataset reads no files, so "
+                         "mpidist shards its source dataset's elements as files.)"))
+    if reader is None:
+        return _Sharding(policy, source_shard=(W, w))
+    return _Sharding(policy, file_shard=(W, w, reader))
 
 
 class _Passes:
