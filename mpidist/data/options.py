@@ -22,11 +22,12 @@ __all__ = [
 class AutoShardPolicy(enum.IntEnum):
     """How ``experimental_distribute_dataset`` splits a dataset across workers (section 7.2).
 
-    AUTO: as DATA (mpidist datasets have no file readers to shard). FILE: each worker reads a
-    disjoint share of the *source* elements (``shard`` right after the source, so with
-    ``from_tensor_slices(filenames).map(load)`` each worker loads only its files). DATA: every
-    worker reads everything and keeps its sub-batches of each global batch. OFF: no sharding;
-    every worker reads the whole dataset. HINT: as OFF (mpidist has no SHARD_HINT).
+    AUTO: FILE where the pipeline reads files with at least one file per worker, else DATA.
+    FILE: each worker reads its own files (the sorted file names ``w, w + W, ...`` of the first
+    reader found walking up from the output); a pipeline without a reader has its *source*
+    elements sharded instead. DATA: every worker reads everything and keeps its sub-batches of
+    each global batch. OFF: no sharding; every worker reads the whole dataset. HINT:
+    ``shard(SHARD_HINT, SHARD_HINT)`` placeholders become ``shard(num_workers, worker_index)``.
     """
 
     OFF = -1
