@@ -4,7 +4,9 @@ datasets are split across replicas and workers (``experimental_distribute_datase
 from mpidist.data import experimental
 from mpidist.data.dataset import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset
 from mpidist.data.options import Options
+from mpidist.data.readers import HDF5Dataset, NpyDataset, NpzDataset, ParquetDataset, TextLineDataset
 from mpidist.data.spec import TensorSpec
 
 __all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "Dataset", "Options",
-           "TensorSpec", "experimental"]
+           "TensorSpec", "experimental", "TextLineDataset", "NpyDataset", "NpzDataset", "ParquetDataset",
+           "HDF5Dataset"]

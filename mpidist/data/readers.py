@@ -1,0 +1,641 @@
+"""Streaming readers of the files HPC users keep training data in: text lines, NumPy ``.npy``
+and ``.npz``, Parquet (pyarrow) and HDF5 (h5py).
+
+Each reader is a ``FileReader`` (``mpidist.data.dataset``): a Dataset of the rows of one file
+after another, read in blocks of a few MiB, so memory is bounded by a block, never by a file.
+The element spec comes from each file's header or schema alone; a file whose spec differs
+from the first file's, a missing file, or a file shorter than its header promises is an error
+naming the file before any of its rows is produced. Every reader works alone
+(``NpyDataset(["a.npy", "b.npy"])``) and as the map function of ``interleave``
+(``Dataset.list_files("train-*.npy", shuffle=False).interleave(NpyDataset, cycle_length=2)``),
+the pipeline FILE auto-sharding splits by file.
+
+pyarrow and h5py are optional extras, imported when a reader that needs one is built.
+"""
+
+import ast
+import gzip
+import importlib
+import os
+import zipfile
+import zlib
+
+import numpy as np
+
+from mpidist.core import nest
+from mpidist.data.arguments import count_int, positive_int, short
+from mpidist.data.dataset import AUTOTUNE, Dataset, FileReader
+from mpidist.data.spec import TensorSpec
+from mpidist.errors import DataLossError, InvalidArgumentError
+
+__all__ = ["TextLineDataset", "NpyDataset", "NpzDataset", "ParquetDataset", "HDF5Dataset"]
+
+# Rows per block: about this many bytes (large enough that per-block costs vanish against the
+# copy, small enough to stay in cache-sized buffers; benchmarks/readers_throughput.py).
+BLOCK_BYTES = 4 << 20
+
+
+def _optional(module, reader, extra):
+    """An optional extra's module, or an ImportError saying what to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f'{reader} needs {module.split(".")[0]}: pip install "mpidist[{extra}]" '
+                          f"(or install {module.split('.')[0]} yourself). ({e})") from e
+
+
+def _block_rows(reader, block_rows):
+    return None if block_rows is None else positive_int(f"{reader}: block_rows", block_rows)
+
+
+def _rows_per_block(row_bytes, block_rows):
+    """``block_rows`` if given, else the rows that fill about BLOCK_BYTES (at least one)."""
+    return block_rows if block_rows is not None else max(1, BLOCK_BYTES // max(1, row_bytes))
+
+
+def _named_keys(reader, argument, value):
+    """A list of str keys from one str or a list / tuple of them."""
+    keys = [value] if isinstance(value, str) else value
+    if not isinstance(keys, (list, tuple)) or not keys or not all(isinstance(k, str) for k in keys):
+        raise TypeError(f"{reader}: {argument} must be a str or a non-empty list of str, got "
+                        f"{short(value)}.")
+    if len(set(keys)) != len(keys):
+        raise InvalidArgumentError(f"{reader}: {argument} names a key twice: {list(keys)}.")
+    return list(keys)
+
+
+def _missing(reader, path, argument, wanted, available, what):
+    absent = [k for k in wanted if k not in available]
+    if absent:
+        raise InvalidArgumentError(
+            f"{reader}: {argument} {absent[0]!r} is not in {path}; it holds the {what} "
+            f"{sorted(available)}. Pass {argument} from these.")
+
+
+def _same_rows(reader, path, counts):
+    """The row count every one of ``counts`` ({key: rows}) shares, else an error naming them."""
+    if len(set(counts.values())) > 1:
+        raise InvalidArgumentError(
+            f"{reader}: the arrays chosen from {path} have different numbers of rows "
+            f"({', '.join(f'{k}: {n}' for k, n in counts.items())}); an element takes one row of "
+            "each, so they must have the same length. Choose arrays of equal length.")
+    return next(iter(counts.values()))
+
+
+# -- Text lines ----------------------------------------------------------------------------------
+_COMPRESSION = (None, "", "GZIP", "ZLIB")
+_TEXT_CHUNK = 256 << 10  # TF's default buffer_size for TextLineDataset
+_TEXT_BLOCK_CHARS = 1 << 20  # rows x longest line per block: one long line cannot blow up a block
+
+
+class TextLineDataset(FileReader):
+    """``tf.data.TextLineDataset``: one element per line of the files, the line ending ("\\n"
+    or "\\r\\n") stripped; a last line without a newline is an element too.
+
+    Elements are NumPy str scalars (UTF-8 decoded; TF gives bytes): ``line == "text"`` works
+    and batches are ``<U`` arrays. A file that is not UTF-8 is an error naming it.
+    ``compression_type``: None or "" (plain), "GZIP" or "ZLIB". ``buffer_size``: bytes read at
+    a time (0 or None: 256 KiB). ``num_parallel_reads``: with N > 1 (or AUTOTUNE), the lines
+    of N files at a time, interleaved one line each as TF orders them (``interleave`` with
+    ``cycle_length=N``); None: one file after another.
+    """
+
+    reader = "TextLineDataset"
+
+    def __init__(self, filenames, compression_type=None, buffer_size=None, num_parallel_reads=None,
+                 name=None):
+        if compression_type not in _COMPRESSION:
+            raise InvalidArgumentError(
+                f"TextLineDataset: compression_type must be None, '', 'GZIP' or 'ZLIB', got "
+                f"{short(compression_type)}.")
+        if buffer_size is not None and count_int("TextLineDataset: buffer_size", buffer_size) < 0:
+            raise InvalidArgumentError(
+                f"TextLineDataset: buffer_size must be >= 0 (0: the default), got {buffer_size}.")
+        if num_parallel_reads is not None and num_parallel_reads != AUTOTUNE:
+            positive_int("TextLineDataset: num_parallel_reads", num_parallel_reads)
+        self._compression = compression_type or None
+        self._chunk = buffer_size or _TEXT_CHUNK
+        self._parallel = num_parallel_reads
+        super().__init__(filenames)
+
+    def _file_spec(self, path):
+        return TensorSpec((), np.str_)
+
+    def _blocks(self, ctx):
+        if self._parallel is None or self._parallel == 1:
+            return super()._blocks(ctx)
+        return self._interleaved_blocks(ctx)
+
+    def _interleaved_blocks(self, ctx):
+        names = list(self._file_names(ctx))  # this worker's files where FILE sharding splits them
+        if not names:
+            return
+        one_file = lambda f: TextLineDataset(f, self._compression, self._chunk)  # noqa: E731
+        lines = Dataset.from_tensor_slices(names).interleave(one_file, cycle_length=self._parallel)
+        yield from lines._blocks(ctx.child(salt=-1))
+
+    def _raw_chunks(self, path):
+        """The file's bytes, decompressed, ``self._chunk`` bytes at a time."""
+        try:
+            if self._compression == "GZIP":
+                with gzip.open(path, "rb") as f:
+                    while chunk := f.read(self._chunk):
+                        yield chunk
+                return
+            with open(path, "rb") as f:
+                if self._compression is None:
+                    while chunk := f.read(self._chunk):
+                        yield chunk
+                    return
+                inflate = zlib.decompressobj()
+                while chunk := f.read(self._chunk):
+                    if out := inflate.decompress(chunk):
+                        yield out
+                if out := inflate.flush():
+                    yield out
+                if not inflate.eof:
+                    raise EOFError("the zlib stream ends before its end marker")
+        except (EOFError, OSError, zlib.error) as e:
+            raise DataLossError(
+                f"TextLineDataset: {path} is not a complete {self._compression} file: {e}. Check "
+                "compression_type, or re-copy the file.") from e
+
+    def _file_blocks(self, path):
+        tail, offset = b"", 0
+        for chunk in self._raw_chunks(path):
+            data = tail + chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                tail = data
+                continue
+            tail = data[cut + 1:]
+            yield from self._line_blocks(path, data[:cut], offset)
+            offset += cut + 1
+        if tail:
+            yield from self._line_blocks(path, tail, offset)
+
+    def _line_blocks(self, path, data, offset):
+        """Blocks of the lines of ``data`` (lines joined by "\\n"), each a <U array whose rows
+        times longest line stays under _TEXT_BLOCK_CHARS."""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidArgumentError(
+                f"TextLineDataset: {path} is not UTF-8 text (byte {offset + e.start}: "
+                f"{data[e.start:e.start + 8]!r}); elements are str. Convert the file to UTF-8.") from e
+        lines = text.split("\n")
+        if "\r" in text:
+            lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+        lengths = list(map(len, lines))
+        if max(lengths) * len(lines) <= _TEXT_BLOCK_CHARS:
+            yield np.array(lines, dtype=np.str_)
+            return
+        start, longest = 0, 0
+        for i, n in enumerate(lengths):
+            longest = max(longest, n)
+            if i > start and longest * (i + 1 - start) > _TEXT_BLOCK_CHARS:
+                yield np.array(lines[start:i], dtype=np.str_)
+                start, longest = i, n
+        yield np.array(lines[start:], dtype=np.str_)
+
+
+# -- NumPy .npy and .npz ---------------------------------------------------------------------------
+class _NpyHeader:
+    __slots__ = ("shape", "dtype", "fortran", "offset")
+
+    def __init__(self, shape, dtype, fortran, offset):
+        self.shape, self.dtype, self.fortran, self.offset = shape, dtype, fortran, offset
+
+    @property
+    def data_bytes(self):
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def row_bytes(self):
+        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+
+
+def _read_npy_header(f, reader, where):
+    """The header of the .npy stream ``f`` (positioned at its start); ``where`` names it."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = fmt.read_array_header_2_0(f)
+        elif version == (3, 0):  # np.save's utf-8 header, for non-latin-1 field names
+            size = int.from_bytes(f.read(4), "little")
+            header = ast.literal_eval(f.read(size).decode("utf-8"))
+            shape, fortran = header["shape"], header["fortran_order"]
+            dtype = fmt.descr_to_dtype(header["descr"])
+        else:
+            raise ValueError(f"format version {version} is not one NumPy writes")
+    except (ValueError, SyntaxError, KeyError, EOFError, UnicodeDecodeError) as e:
+        raise DataLossError(f"{reader}: {where} is not a .npy file NumPy can read ({e}). Write it "
+                            "with numpy.save.") from e
+    header = _NpyHeader(tuple(shape), np.dtype(dtype), bool(fortran), f.tell())
+    if header.dtype.hasobject:
+        raise InvalidArgumentError(
+            f"{reader}: {where} holds Python objects (dtype {header.dtype}), which .npy stores "
+            "pickled and cannot be read in rows. Save arrays of numbers, bools or fixed-width "
+            "strings.")
+    if not header.shape:
+        raise InvalidArgumentError(
+            f"{reader}: {where} holds a 0-d array (one scalar), which has no rows. Save an array "
+            "with a leading row dimension (e.g. np.save(f, np.atleast_1d(x))).")
+    return header
+
+
+def _check_size(reader, where, header, actual):
+    expected = header.offset + header.data_bytes
+    if actual < expected:
+        raise DataLossError(
+            f"{reader}: {where} is truncated: its header promises an array of shape "
+            f"{header.shape} and dtype {header.dtype}, {expected} bytes with the header, but it "
+            f"has {actual} bytes. Re-copy or re-write the file.")
+
+
+def _read_into(f, out, reader, where):
+    """Fill ``out`` (a fresh C-contiguous array) from ``f``; DataLossError if ``f`` ends first."""
+    if not out.nbytes:
+        return out
+    view = memoryview(out.reshape(-1).view(np.uint8))
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            raise DataLossError(f"{reader}: {where} ended after {got} of the {len(view)} bytes of "
+                                "a block: it was truncated while being read.")
+        got += n
+    return out
+
+
+def _npy_blocks(f, header, rows_per_block, reader, where):
+    """The rows of the .npy data at ``f``'s position, ``rows_per_block`` at a time, each block
+    a fresh array (one read, no mapping of the file)."""
+    n, row_shape = header.shape[0], header.shape[1:]
+    for start in range(0, n, rows_per_block):
+        rows = min(rows_per_block, n - start)
+        yield _read_into(f, np.empty((rows,) + row_shape, header.dtype), reader, where)
+
+
+def _fortran_blocks(path, header, rows_per_block):
+    """Row blocks of a Fortran-ordered .npy (rows are not contiguous there): each block copied
+    out of a mapping that lives only while the block is copied."""
+    n = header.shape[0]
+    for start in range(0, n, rows_per_block):
+        whole = np.memmap(path, header.dtype, "r", header.offset, header.shape, order="F")
+        block = np.ascontiguousarray(whole[start:start + rows_per_block])
+        del whole
+        yield block
+
+
+class NpyDataset(FileReader):
+    """The rows of ``.npy`` files (``numpy.save``): element ``i`` of a file is ``array[i]``
+    (a 1-D file gives scalars), file after file.
+
+    Read ``block_rows`` rows at a time (None: about 4 MiB) into fresh arrays; the whole file is
+    never loaded or mapped. The spec and row count come from the header; a file shorter than its
+    header says is a DataLossError when it is opened. Object arrays (pickled) cannot be read.
+    """
+
+    reader = "NpyDataset"
+
+    def __init__(self, filenames, block_rows=None):
+        self._rows_per_block = _block_rows(self.reader, block_rows)
+        super().__init__(filenames)
+
+    def _header(self, path, f):
+        header = _read_npy_header(f, self.reader, path)
+        _check_size(self.reader, path, header, os.fstat(f.fileno()).st_size)
+        return header
+
+    def _file_header(self, path):
+        with open(path, "rb") as f:
+            return self._header(path, f)
+
+    def _file_spec(self, path):
+        header = self._file_header(path)
+        return TensorSpec(header.shape[1:], header.dtype)
+
+    def _file_rows(self, path):
+        return self._file_header(path).shape[0]
+
+    def _file_blocks(self, path):
+        with open(path, "rb", buffering=0) as f:
+            header = self._header(path, f)  # again: the file may have changed since the spec
+            rows = _rows_per_block(header.row_bytes, self._rows_per_block)
+            if header.fortran and len(header.shape) > 1:
+                yield from _fortran_blocks(path, header, rows)
+            else:
+                yield from _npy_blocks(f, header, rows, self.reader, path)
+
+
+class NpzDataset(FileReader):
+    """The rows of ``.npz`` files (``numpy.savez`` or ``savez_compressed``): each element is a
+    dict ``{key: array[key][i]}`` of the arrays ``keys`` (a str or a list of them; None: every
+    array in the first file), which must have the same number of rows.
+
+    Each member is streamed through ``zipfile`` (decompressed as it is read), ``block_rows``
+    rows at a time (None: about 4 MiB over the chosen arrays), never loaded whole.
+    """
+
+    reader = "NpzDataset"
+
+    def __init__(self, filenames, keys=None, block_rows=None):
+        self._keys = None if keys is None else _named_keys(self.reader, "keys", keys)
+        self._rows_per_block = _block_rows(self.reader, block_rows)
+        super().__init__(filenames)
+
+    def _open(self, path):
+        try:
+            return zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, OSError) as e:
+            raise DataLossError(f"{self.reader}: {path} is not a complete .npz (zip) file: {e}. "
+                                "Re-copy it, or write it with numpy.savez.") from e
+
+    def _members(self, path, archive):
+        """{key: (member name, header)} of the chosen arrays, each member's size checked."""
+        names = {n[:-4]: n for n in archive.namelist() if n.endswith(".npy")}
+        keys = self._keys if self._keys is not None else list(names)
+        _missing(self.reader, path, "keys", keys, names, "arrays")
+        if not keys:
+            raise InvalidArgumentError(f"{self.reader}: {path} holds no arrays.")
+        members = {}
+        for key in keys:
+            where = f"{path} (array {key!r})"
+            with self._guard(where), archive.open(names[key]) as member:
+                header = _read_npy_header(member, self.reader, where)
+            _check_size(self.reader, where, header, archive.getinfo(names[key]).file_size)
+            members[key] = (names[key], header)
+        _same_rows(self.reader, path, {k: h.shape[0] for k, (_, h) in members.items()})
+        return members
+
+    def _guard(self, where):
+        return _DataLossOn((zipfile.BadZipFile, EOFError, zlib.error), self.reader, where)
+
+    def _file_spec(self, path):
+        with self._open(path) as archive:
+            members = self._members(path, archive)
+        return {k: TensorSpec(h.shape[1:], h.dtype) for k, (_, h) in members.items()}
+
+    def _file_rows(self, path):
+        with self._open(path) as archive:
+            members = self._members(path, archive)
+        return next(iter(members.values()))[1].shape[0]
+
+    def _file_blocks(self, path):
+        with self._open(path) as archive:
+            members = self._members(path, archive)
+            row_bytes = sum(h.row_bytes for _, h in members.values())
+            rows = _rows_per_block(row_bytes, self._rows_per_block)
+            opened, streams = [], {}
+            try:
+                with self._guard(path):
+                    for key, (name, header) in members.items():
+                        opened.append(archive.open(name))  # members read side by side
+                        where = f"{path} (array {key!r})"
+                        _read_npy_header(opened[-1], self.reader, where)  # on to the data
+                        streams[key] = _npy_blocks(opened[-1], header, rows, self.reader, where)
+                    for blocks in zip(*streams.values()):
+                        yield dict(zip(streams, blocks))
+            finally:
+                for member in opened:
+                    member.close()
+
+
+class _DataLossOn:
+    """A context in which ``errors`` (a damaged archive's) become DataLossError naming it."""
+
+    def __init__(self, errors, reader, where):
+        self._errors, self._reader, self._where = errors, reader, where
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if kind is not None and issubclass(kind, self._errors):
+            raise DataLossError(f"{self._reader}: {self._where} is damaged: {value}. Re-copy "
+                                "or re-write the file.") from value
+        return False
+
+
+# -- Parquet ---------------------------------------------------------------------------------------
+_PARQUET_BATCH_ROWS = 64 << 10  # pyarrow's own iter_batches default
+
+
+class ParquetDataset(FileReader):
+    """The rows of Parquet files: each element is a dict ``{column: value}`` of ``columns``
+    (a str or a list of them; None: every column of the first file).
+
+    Read through ``pyarrow.parquet.ParquetFile.iter_batches`` (``batch_rows`` rows at a time,
+    only the chosen columns), never a whole file. Columns of numbers, bools and strings (str
+    elements) or bytes, and fixed-size lists of numbers (a row is an array of the list's
+    shape). Variable-length lists cannot be rows of one shape, and a null has no value: both
+    are errors naming the column (nothing is filled in). Needs pyarrow (``mpidist[parquet]``).
+    """
+
+    reader = "ParquetDataset"
+
+    def __init__(self, filenames, columns=None, batch_rows=None):
+        self._pa = _optional("pyarrow", self.reader, "parquet")
+        self._pq = _optional("pyarrow.parquet", self.reader, "parquet")
+        self._columns = None if columns is None else _named_keys(self.reader, "columns", columns)
+        self._batch_rows = None if batch_rows is None else positive_int(
+            f"{self.reader}: batch_rows", batch_rows)
+        super().__init__(filenames)
+
+    def _open(self, path):
+        try:
+            return self._pq.ParquetFile(path)
+        except (self._pa.ArrowException, OSError) as e:
+            raise DataLossError(f"{self.reader}: {path} is not a readable Parquet file: {e}. "
+                                "Re-copy it, or write it with pyarrow.parquet.write_table.") from e
+
+    def _chosen(self, path, parquet):
+        schema = parquet.schema_arrow
+        columns = self._columns if self._columns is not None else list(schema.names)
+        _missing(self.reader, path, "columns", columns, schema.names, "columns")
+        return {c: schema.field(c).type for c in columns}
+
+    def _leaf(self, path, column, arrow_type):
+        """(dtype, row shape) of a column of ``arrow_type``, or an error saying why not."""
+        types = self._pa.types
+        if types.is_fixed_size_list(arrow_type):
+            dtype, shape = self._leaf(path, column, arrow_type.value_type)
+            if dtype.kind in "US":
+                raise self._unreadable(path, column, arrow_type, "lists of strings")
+            return dtype, (arrow_type.list_size,) + shape
+        if types.is_list(arrow_type) or types.is_large_list(arrow_type) or (
+                hasattr(types, "is_list_view") and types.is_list_view(arrow_type)):
+            raise self._unreadable(
+                path, column, arrow_type, "a variable-length list, whose rows have no one shape; "
+                "write it as a fixed-size list (pa.list_(type, size))")
+        if types.is_string(arrow_type) or types.is_large_string(arrow_type):
+            return np.dtype(np.str_), ()
+        if types.is_binary(arrow_type) or types.is_large_binary(arrow_type):
+            return np.dtype(np.bytes_), ()
+        if types.is_integer(arrow_type) or types.is_floating(arrow_type) or types.is_boolean(arrow_type):
+            return np.dtype(arrow_type.to_pandas_dtype()), ()
+        raise self._unreadable(path, column, arrow_type, "not a type with a NumPy row")
+
+    def _unreadable(self, path, column, arrow_type, why):
+        return InvalidArgumentError(
+            f"{self.reader}: column {column!r} of {path} has type {arrow_type}: {why}. Columns "
+            "of numbers, bools, strings and fixed-size lists of numbers are read; leave this one "
+            "out with columns=[...], or convert it.")
+
+    def _file_spec(self, path):
+        parquet = self._open(path)
+        try:
+            return {c: TensorSpec(shape, dtype)
+                    for c, t in self._chosen(path, parquet).items()
+                    for dtype, shape in [self._leaf(path, c, t)]}
+        finally:
+            parquet.close()
+
+    def _file_rows(self, path):
+        parquet = self._open(path)
+        try:
+            return parquet.metadata.num_rows
+        finally:
+            parquet.close()
+
+    def _check_statistics(self, path, parquet, columns):
+        """Nulls the footer's statistics count: an error before any row is read."""
+        meta = parquet.metadata
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for j in range(group.num_columns):
+                chunk = group.column(j)
+                name = chunk.path_in_schema.split(".")[0]
+                stats = chunk.statistics
+                if name in columns and stats is not None and stats.has_null_count and stats.null_count:
+                    raise self._nulls(path, name, f"row group {g} has {stats.null_count}")
+
+    def _nulls(self, path, column, count):
+        return InvalidArgumentError(
+            f"{self.reader}: column {column!r} of {path} has nulls ({count}), which have no value "
+            "in an array row; nothing is filled in. Fill or drop them when writing the file, or "
+            "leave the column out with columns=[...].")
+
+    def _to_numpy(self, path, column, array, dtype):
+        if array.null_count:
+            raise self._nulls(path, column, f"{array.null_count} in a batch")
+        if dtype.kind in "US":
+            return array.to_numpy(zero_copy_only=False).astype(dtype)
+        if self._pa.types.is_fixed_size_list(array.type):
+            values = array.flatten()
+            rows = len(array)
+            inner = self._to_numpy(path, column, values, dtype)
+            return inner.reshape((rows, array.type.list_size) + inner.shape[1:])
+        return array.to_numpy(zero_copy_only=False)
+
+    def _file_blocks(self, path):
+        parquet = self._open(path)
+        try:
+            chosen = self._chosen(path, parquet)
+            dtypes = {c: self._leaf(path, c, t)[0] for c, t in chosen.items()}
+            self._check_statistics(path, parquet, chosen)
+            batches = parquet.iter_batches(batch_size=self._batch_rows or _PARQUET_BATCH_ROWS,
+                                           columns=list(chosen))
+            for batch in batches:
+                yield {c: self._to_numpy(path, c, batch.column(c), dtypes[c]) for c in chosen}
+        finally:
+            parquet.close()
+
+
+# -- HDF5 ------------------------------------------------------------------------------------------
+class HDF5Dataset(FileReader):
+    """The rows of datasets in HDF5 files: ``key`` is the path of one dataset (elements are its
+    rows), a tuple / list of paths (tuple elements) or a dict ``{name: path}`` (dict elements);
+    the datasets chosen must have the same number of rows.
+
+    Read as row ranges ``dset[a:b]`` of ``block_rows`` rows (None: about 4 MiB, whole chunks),
+    never a whole dataset. Variable-length strings become str elements. Needs h5py
+    (``mpidist[hdf5]``).
+    """
+
+    reader = "HDF5Dataset"
+
+    def __init__(self, filenames, key, block_rows=None):
+        self._h5py = _optional("h5py", self.reader, "hdf5")
+        if isinstance(key, list):
+            key = tuple(key)
+        if not nest.is_nested(key):
+            _named_keys(self.reader, "key", key)
+        elif not all(isinstance(k, str) for k in nest.flatten(key)) or not nest.flatten(key):
+            raise TypeError(f"{self.reader}: key must be a dataset path (a str), or a tuple, list "
+                            f"or dict of them, got {short(key)}.")
+        else:
+            _named_keys(self.reader, "key", nest.flatten(key))
+        self._key = key
+        self._rows_per_block = _block_rows(self.reader, block_rows)
+        super().__init__(filenames)
+
+    def _open(self, path):
+        try:
+            return self._h5py.File(path, "r")
+        except OSError as e:
+            raise DataLossError(f"{self.reader}: {path} is not a readable HDF5 file: {e}. Re-copy "
+                                "it, or write it with h5py.") from e
+
+    def _datasets(self, path, f):
+        """The chosen h5py datasets (flat, in nest order), checked."""
+        paths = nest.flatten(self._key)
+        found = [f.get(p) for p in paths]
+        absent = [p for p, d in zip(paths, found) if not isinstance(d, self._h5py.Dataset)]
+        if absent:
+            names = []
+            f.visititems(lambda name, obj: names.append(name)
+                         if isinstance(obj, self._h5py.Dataset) else None)
+            _missing(self.reader, path, "key", absent, names, "datasets")
+        for p, d in zip(paths, found):
+            if not d.shape:
+                raise InvalidArgumentError(
+                    f"{self.reader}: dataset {p!r} of {path} is a scalar (shape ()), which has "
+                    "no rows. Choose datasets with a leading row dimension.")
+        _same_rows(self.reader, path, {p: d.shape[0] for p, d in zip(paths, found)})
+        return found
+
+    def _dtype(self, path, name, dset):
+        """(the NumPy dtype of the rows, whether they are read as str)."""
+        string = self._h5py.check_string_dtype(dset.dtype)
+        if string is not None and string.length is None:
+            return np.dtype(np.str_), True
+        if dset.dtype.hasobject:
+            raise InvalidArgumentError(
+                f"{self.reader}: dataset {name!r} of {path} has variable-length elements "
+                f"({dset.dtype}), which have no one row shape. Store fixed-shape arrays.")
+        return dset.dtype, False
+
+    def _file_spec(self, path):
+        with self._open(path) as f:
+            leaves = [TensorSpec(d.shape[1:], self._dtype(path, p, d)[0])
+                      for p, d in zip(nest.flatten(self._key), self._datasets(path, f))]
+        return nest.pack_sequence_as(self._key, leaves) if nest.is_nested(self._key) else leaves[0]
+
+    def _file_rows(self, path):
+        with self._open(path) as f:
+            return self._datasets(path, f)[0].shape[0]
+
+    def _file_blocks(self, path):
+        with self._open(path) as f:
+            dsets = self._datasets(path, f)
+            paths = nest.flatten(self._key)
+            strings = [self._dtype(path, p, d)[1] for p, d in zip(paths, dsets)]
+            readers = [d.asstr() if s else d for d, s in zip(dsets, strings)]
+            rows = self._rows_per_block
+            if rows is None:
+                row_bytes = sum(int(np.prod(d.shape[1:], dtype=np.int64)) * d.dtype.itemsize
+                                for d in dsets)
+                rows = _rows_per_block(row_bytes, None)
+                chunk = max((d.chunks[0] for d in dsets if d.chunks), default=1)
+                rows = max(chunk, rows // chunk * chunk)  # whole chunks: each decoded once
+            n = dsets[0].shape[0]
+            for start in range(0, n, rows):
+                leaves = [r[start:start + rows] for r in readers]
+                leaves = [np.asarray(x, dtype=np.str_) if s else x for x, s in zip(leaves, strings)]
+                yield nest.pack_sequence_as(self._key, leaves) if nest.is_nested(self._key) else leaves[0]
+
