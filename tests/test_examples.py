@@ -279,3 +279,25 @@ def test_custom_training_autograd_reports_and_checkpoints_every_epoch(tmp_path):
     mpidist.train.Checkpoint(model=fresh).restore(latest)
     for got, want in zip(fresh.trainable_variables, weights):
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+# -- examples/digits_from_files.py: training from shard files, each worker reading its own ------
+@pytest.mark.parametrize("fmt", ["npy", "parquet"])
+def test_digits_from_files_under_multi_worker_mirrored(tmp_path, fmt):
+    from mpi_launch import launch
+
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow", reason="the parquet extra is not installed")
+    script = str(ROOT / "examples" / "digits_from_files.py")
+    data = str(tmp_path / "shards")
+    code, out = launch(1, [script, "--write-only", "--data-dir", data, "--format", fmt], 120)
+    assert code == 0, out
+    assert len(list((tmp_path / "shards").glob(f"train-*.{fmt}"))) == 6
+    code, out = launch(2, [script, "--data-dir", data, "--format", fmt, "--json"], 240)
+    assert code == 0, f"exit {code} (None = hang):\n{out}"
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, out  # the chief alone reports
+    result = json.loads(lines[0])
+    assert result["replicas"] == 2
+    assert result["rows_per_epoch"] == [1500] * 5  # every row exactly once per epoch
+    assert result["accuracy"] > 0.95
