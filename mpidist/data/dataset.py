@@ -34,6 +34,13 @@ from mpidist.data.arguments import (
 from mpidist.data.background import iterate_in_background
 from mpidist.data.file_names import file_list, file_name, match_patterns, require_file
 from mpidist.data.options import Options
+from mpidist.data.saved_format import (
+    check_load_spec,
+    read_metadata,
+    read_shard_blocks,
+    read_shard_header,
+    write_dataset,
+)
 from mpidist.data.spec import TensorSpec, most_specific_common, spec_of
 from mpidist.errors import InvalidArgumentError
 
@@ -173,6 +180,58 @@ class Dataset:
             seed = seed_int(seed)
         files = _FileList(match_patterns(file_pattern))
         return _Shuffle(files, max(1, len(files._names)), seed, True) if shuffle else files
+
+    @staticmethod
+    def load(path, element_spec=None, compression=None, reader_func=None):
+        """A dataset written by ``Dataset.save``: its shard files, read streaming.
+
+        ``element_spec`` (default: the saved one) must describe the saved elements.
+        ``reader_func(datasets)`` receives a dataset whose elements are the shards' datasets,
+        sorted by shard id, and returns the dataset to produce; the default interleaves them
+        as TF does (``datasets.interleave(lambda shard: shard, cycle_length=<CPU cores>)``).
+        Under several workers FILE (and AUTO) sharding gives each worker its own shards."""
+        if compression is not None:
+            raise InvalidArgumentError(
+                f"Dataset.load: compression={compression!r} is not supported: mpidist's saved "
+                "datasets are not compressed. Pass compression=None.")
+        info = read_metadata(path)
+        spec = check_load_spec(element_spec, info.element_spec, info.path)
+        shards = _ShardDatasets(info.shard_paths, spec)
+        if reader_func is None:
+            return _Loaded(shards.interleave(lambda shard: shard), info.rows)
+        if not callable(reader_func):
+            raise TypeError(f"Dataset.load: reader_func must be a callable taking the dataset "
+                            f"of shard datasets, got {short(reader_func)}.")
+        out = reader_func(shards)
+        if not isinstance(out, Dataset):
+            raise TypeError(f"Dataset.load: reader_func must return an mpidist.data.Dataset, "
+                            f"got {short(out)}.")
+        return out
+
+    def save(self, path, compression=None, shard_func=None, checkpoint_args=None):
+        """Write this dataset's elements to the directory ``path`` (``Dataset.load`` reads it
+        back): one file per shard, written to a temporary directory and renamed into place,
+        so ``path`` never holds a half-written dataset.
+
+        ``shard_func(element)`` (a tuple element as positional arguments, as in ``map``) gives
+        each element's shard, an int >= 0; by default elements go round-robin to 8 shards.
+        Several workers must not save to the same path: save from one rank (the chief), or
+        each to its own path."""
+        if compression is not None:
+            raise InvalidArgumentError(
+                f"Dataset.save: compression={compression!r} is not supported: mpidist writes "
+                "uncompressed shards. Pass compression=None.")
+        if checkpoint_args is not None:
+            raise InvalidArgumentError(
+                "Dataset.save: checkpoint_args is not supported (mpidist saves in one pass). "
+                "Pass checkpoint_args=None.")
+        if shard_func is not None and not callable(shard_func):
+            raise TypeError(f"Dataset.save: shard_func must be a callable or None, got "
+                            f"{short(shard_func)}.")
+        shard_of = None if shard_func is None else (
+            lambda index, element: shard_func(*element) if type(element) is tuple
+            else shard_func(element))
+        write_dataset(iter(self), self.element_spec, path, shard_of)
 
     # -- transformations -----------------------------------------------------------------------
     def batch(self, batch_size, drop_remainder=False, num_parallel_calls=None, deterministic=None,
@@ -1013,6 +1072,62 @@ class FileReader(Dataset):
 
     def _source_count(self):
         return None
+
+
+class _SavedShard(FileReader):
+    """The rows of one shard file of a saved dataset."""
+
+    reader = "Dataset.load"
+
+    def __init__(self, path, element_spec):
+        super().__init__(path)
+        self._spec = element_spec
+
+    def _file_spec(self, path):
+        return check_load_spec(self._spec, read_shard_header(path).element_spec, path)
+
+    def _file_rows(self, path):
+        return read_shard_header(path).rows
+
+    def _file_blocks(self, path):
+        return read_shard_blocks(path, self._spec)
+
+
+class _ShardDatasets(Dataset):
+    """A saved dataset's shards, one Dataset per element (``Dataset.load``'s ``reader_func``
+    gets this): FILE auto-sharding splits it, each worker reading its own shard files."""
+
+    def __init__(self, paths, element_spec):
+        super().__init__()
+        self._paths, self._spec = tuple(paths), element_spec
+
+    def _iterate(self, ctx):
+        for path in _apply_source_shard(ctx, self._paths):
+            yield _SavedShard(path, self._spec)
+
+    def _compute_spec(self):
+        return TensorSpec((), np.dtype(object), name="shard dataset")
+
+    def _cardinality(self):
+        return len(self._paths)
+
+    def _source_count(self):
+        return len(self._paths)
+
+
+class _Loaded(_RowOrderOp):
+    """``Dataset.load``'s default result: the shards interleaved, with the saved row count as
+    its cardinality (TF's load knows it too)."""
+
+    def __init__(self, input_dataset, rows):
+        super().__init__((input_dataset,))
+        self._rows = rows
+
+    def _apply(self, upstream, ctx):
+        return upstream()
+
+    def _cardinality(self):
+        return self._rows
 
 
 def specs_match(a, b):
