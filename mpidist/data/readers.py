@@ -30,9 +30,10 @@ from mpidist.errors import DataLossError, InvalidArgumentError
 
 __all__ = ["TextLineDataset", "NpyDataset", "NpzDataset", "ParquetDataset", "HDF5Dataset"]
 
-# Rows per block: about this many bytes (large enough that per-block costs vanish against the
-# copy, small enough to stay in cache-sized buffers; benchmarks/readers_throughput.py).
-BLOCK_BYTES = 4 << 20
+# Rows per block: about this many bytes. Measured (benchmarks/readers_throughput.py, .npy
+# batch(256)): 1 MiB read 15 GB/s into fresh blocks, 4 MiB 9 GB/s (fresh 4 MiB buffers are
+# new, zeroed pages each time; 1 MiB ones are reused by malloc), 256 KiB no faster.
+BLOCK_BYTES = 1 << 20
 
 
 def _optional(module, reader, extra):
@@ -295,7 +296,7 @@ class NpyDataset(FileReader):
     """The rows of ``.npy`` files (``numpy.save``): element ``i`` of a file is ``array[i]``
     (a 1-D file gives scalars), file after file.
 
-    Read ``block_rows`` rows at a time (None: about 4 MiB) into fresh arrays; the whole file is
+    Read ``block_rows`` rows at a time (None: about 1 MiB) into fresh arrays; the whole file is
     never loaded or mapped. The spec and row count come from the header; a file shorter than its
     header says is a DataLossError when it is opened. Object arrays (pickled) cannot be read.
     """
@@ -338,7 +339,7 @@ class NpzDataset(FileReader):
     array in the first file), which must have the same number of rows.
 
     Each member is streamed through ``zipfile`` (decompressed as it is read), ``block_rows``
-    rows at a time (None: about 4 MiB over the chosen arrays), never loaded whole.
+    rows at a time (None: about 1 MiB over the chosen arrays), never loaded whole.
     """
 
     reader = "NpzDataset"
@@ -552,7 +553,7 @@ class HDF5Dataset(FileReader):
     rows), a tuple / list of paths (tuple elements) or a dict ``{name: path}`` (dict elements);
     the datasets chosen must have the same number of rows.
 
-    Read as row ranges ``dset[a:b]`` of ``block_rows`` rows (None: about 4 MiB, whole chunks),
+    Read as row ranges ``dset[a:b]`` of ``block_rows`` rows (None: about 1 MiB, whole chunks),
     never a whole dataset. Variable-length strings become str elements. Needs h5py
     (``mpidist[hdf5]``).
     """
