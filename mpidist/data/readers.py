@@ -395,7 +395,7 @@ class NpzDataset(FileReader):
             try:
                 with self._guard(path):
                     for key, (name, header) in members.items():
-                        opened.append(archive.open(name))  # members read side by side
+                        opened.append(self._open_member(path, archive, name))  # side by side
                         where = f"{path} (array {key!r})"
                         _read_npy_header(opened[-1], self.reader, where)  # on to the data
                         streams[key] = _npy_blocks(opened[-1], header, rows, self.reader, where)
@@ -404,6 +404,25 @@ class NpzDataset(FileReader):
             finally:
                 for member in opened:
                     member.close()
+
+
+    def _open_member(self, path, archive, name):
+        """A stream of member ``name``: an uncompressed one (numpy.savez) read straight from
+        the file, as a .npy is (zipfile's stream would copy every block twice more); a
+        compressed one through zipfile, decompressed as it is read."""
+        info = archive.getinfo(name)
+        if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:
+            return archive.open(name)
+        f = open(path, "rb", buffering=0)  # noqa: SIM115  (closed by _file_blocks)
+        f.seek(info.header_offset)
+        local = f.read(30)  # the local header: signature ... name and extra lengths at 26
+        if local[:4] != b"PK\x03\x04":
+            f.close()
+            raise DataLossError(f"{self.reader}: {path} is damaged: no local header for {name!r}. "
+                                "Re-copy or re-write the file.")
+        f.seek(info.header_offset + 30 + int.from_bytes(local[26:28], "little")
+               + int.from_bytes(local[28:30], "little"))
+        return f
 
 
 class _DataLossOn:
