@@ -636,13 +636,16 @@ def _pack(structure, leaves):
 
 
 def _block_rows(block):
-    """The rows of one block, one element each (views of the block)."""
+    """The rows of one block, one element each, copied: a view would keep the whole block
+    alive for as long as the element lives (a shuffle buffer of views pins a block per row,
+    and memory then grows with the data instead of the buffer)."""
     flat = nest.flatten(block)
     if not nest.is_nested(block):
-        yield from flat[0]
+        for row in flat[0]:
+            yield row.copy()
         return
     for i in range(len(flat[0])):
-        yield nest.pack_sequence_as(block, [leaf[i] for leaf in flat])
+        yield nest.pack_sequence_as(block, [leaf[i].copy() for leaf in flat])
 
 
 def _stack(elements):
@@ -1305,7 +1308,9 @@ class _Interleave(Dataset):
                     if rounds >= 2:  # whole rounds of the cycle in one stack
                         yield _pack(structure, _stack_rounds(slots[cycle:] + slots[:cycle], rounds, b))
                         continue
-                taken = min(slot.available(), b - position)
+                # One dataset open at a time (flat_map, cycle_length=1): block_length cannot
+                # change the order, so all the rows at hand go on together, not b at a time.
+                taken = slot.available() if k == 1 else min(slot.available(), b - position)
                 element = _pack(structure, slot.take(taken)) if taken else _END
             if element is _END:
                 slots[cycle], live = None, live - 1
@@ -1313,7 +1318,7 @@ class _Interleave(Dataset):
                 continue
             yield element
             position += taken
-            if position == b:
+            if position >= b:
                 cycle, position = (cycle + 1) % k, 0
 
 
