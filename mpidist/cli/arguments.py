@@ -10,7 +10,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from mpidist.cli import bench
-from mpidist.cli.commands import cmd_bench_allreduce, cmd_bench_batch, cmd_bench_ps, cmd_bench_step, cmd_info
+from mpidist.cli.commands import (
+    cmd_bench_allreduce,
+    cmd_bench_batch,
+    cmd_bench_input,
+    cmd_bench_ps,
+    cmd_bench_step,
+    cmd_info,
+)
 from mpidist.cli.errors import CommandParser
 from mpidist.cli.timing import DEFAULTS, QUICK
 
@@ -117,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     benchmarks = commands.add_parser("bench", help="all-reduce benchmarks beside raw mpi4py",
                                      description="Benchmarks of mpidist's collectives beside "
                                                  "raw mpi4py in the same job.")
-    kinds = benchmarks.add_subparsers(dest="benchmark", metavar="{allreduce,batch,step,ps}",
+    kinds = benchmarks.add_subparsers(dest="benchmark", metavar="{allreduce,batch,step,ps,input}",
                                       parser_class=CommandParser)
     kinds.required = True
 
@@ -161,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="interleaved rounds; medians are reported (default 7)")
     ps.add_argument("--json", action="store_true", help="one JSON object (rank 0)")
     ps.set_defaults(func=cmd_bench_ps)
+    _add_input_parser(kinds)
     return parser
 
 
@@ -191,3 +199,66 @@ def _add_step_parser(kinds: Any) -> None:  # what add_subparsers returned
     fmt.add_argument("--markdown", action="store_true",
                      help="docs/performance.md's tables (and cost model) for this job")
     step.set_defaults(func=cmd_bench_step, iters=None)
+
+
+def _choices(names: tuple[str, ...], what: str) -> Callable[[str], list[str]]:
+    """A comma-separated subset of ``names``, in the order given, each once."""
+    def parse(text: str) -> list[str]:
+        picked = [p.strip().lower() for p in text.split(",") if p.strip()]
+        bad = [p for p in picked if p not in names]
+        if not picked or bad:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {what} are a comma-separated list of {', '.join(names)}")
+        return list(dict.fromkeys(picked))
+    return parse
+
+
+def _size(text: str) -> int:
+    try:
+        return bench.parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _add_input_parser(kinds: Any) -> None:  # what add_subparsers returned
+    from mpidist.cli.bench_input import DEFAULTS as D  # noqa: PLC0415
+    from mpidist.cli.bench_input import FORMATS, PARTS, QUICK  # noqa: PLC0415
+
+    step = kinds.add_parser(
+        "input", help="training data from files: readers beside the raw library, a step fed "
+                      "from files beside memory",
+        description="Each file reader (npy, npz, Parquet, HDF5) reading the same files as the "
+                    "raw library into the same batches (MB/s, rank 0), and a training step fed "
+                    "from .npy files beside the same step fed from memory (every rank; "
+                    "MultiWorkerMirroredStrategy under a launcher). Files go to a temporary "
+                    "directory, removed afterwards.")
+    step.add_argument("--parts", type=_choices(PARTS, "parts"), default=list(PARTS),
+                      metavar="PARTS", help="comma-separated subset of readers,step (default both)")
+    step.add_argument("--formats", type=_choices(FORMATS, "formats"), default=list(FORMATS),
+                      metavar="FORMATS",
+                      help="readers to measure, of npy,npz,parquet,hdf5 (default all; one whose "
+                           "library is missing is skipped with a note)")
+    step.add_argument("--size", type=_size, metavar="SIZE",
+                      help="bytes of data per reader format, e.g. 64M "
+                           f"(default {bench.human_size(D['size'])}, --quick "
+                           f"{bench.human_size(QUICK['size'])})")
+    step.add_argument("--files", type=_positive(int, "integer"), metavar="N",
+                      help=f"files the data is split into (default {D['files']}, --quick "
+                           f"{QUICK['files']}; the step uses at least one per rank)")
+    step.add_argument("--batch", type=_positive(int, "integer"), metavar="B",
+                      help=f"rows per batch of the reader part (default {D['batch']})")
+    step.add_argument("--steps", type=_positive(int, "integer"), metavar="S",
+                      help=f"steps per pass of the step part (default {D['steps']}, --quick "
+                           f"{QUICK['steps']})")
+    step.add_argument("--global-batch", type=_positive(int, "integer"), metavar="G",
+                      help=f"the step's global batch (default {D['global_batch']})")
+    step.add_argument("--rounds", type=_positive(int, "integer"), metavar="R",
+                      help=f"interleaved rounds; medians are reported (default {D['rounds']}, "
+                           f"--quick {QUICK['rounds']})")
+    step.add_argument("--dir", metavar="DIR",
+                      help="where the temporary files go (default: the system's temporary "
+                           "directory); removed afterwards")
+    step.add_argument("--quick", action="store_true",
+                      help="a small run for smoke tests (4 MiB per format, 8 steps, 3 rounds)")
+    step.add_argument("--json", action="store_true", help="one JSON object (rank 0)")
+    step.set_defaults(func=cmd_bench_input)

@@ -15,7 +15,8 @@ from mpidist.cli import bench, timing
 from mpidist.cli.bench import Job, Row, Timer
 from mpidist.cli.errors import CommandError, CommandParser, print_error, rank_before_mpi
 
-__all__ = ["cmd_info", "cmd_bench_allreduce", "cmd_bench_batch", "cmd_bench_step", "cmd_bench_ps"]
+__all__ = ["cmd_info", "cmd_bench_allreduce", "cmd_bench_batch", "cmd_bench_step", "cmd_bench_ps",
+           "cmd_bench_input"]
 
 Settings = dict[str, Any]  # the timing settings (``timing.settings_from``)
 
@@ -195,4 +196,29 @@ def cmd_bench_ps(args: argparse.Namespace) -> int:
         print(json.dumps({"benchmark": "ps", "report": report}, indent=2), flush=True)
     else:
         print("\n".join(bench_ps.ps_table(report)), flush=True)
+    return 0
+
+
+def cmd_bench_input(args: argparse.Namespace) -> int:
+    """``mpidist bench input``: the readers beside the raw libraries, the step fed from files
+    beside memory."""
+    from mpidist.cli import bench_input  # noqa: PLC0415
+    from mpidist.comm.mpi import mpi_module  # noqa: PLC0415
+
+    try:
+        job, rows, settings = bench_input.run_input_benchmark(
+            parts=args.parts, formats=args.formats, quick=args.quick, size=args.size,
+            files=args.files, batch=args.batch, steps=args.steps,
+            global_batch=args.global_batch, rounds=args.rounds, directory=args.dir)
+    except bench.CheckFailed as err:
+        if err.detail:
+            print_error(f"wrong results on this rank: {err.detail}")
+        raise CommandError(str(err), report=mpi_module().COMM_WORLD.Get_rank() == 0) from None
+    if mpi_module().COMM_WORLD.Get_rank() != 0:
+        return 0
+    if args.json:
+        print(json.dumps({"benchmark": "input", "job": job, "settings": settings, "rows": rows},
+                         indent=2), flush=True)
+    else:
+        print("\n".join(bench_input.input_table(job, rows, settings)), flush=True)
     return 0
