@@ -295,7 +295,7 @@ class Dataset:
         TF); ``block_length`` None: 1. ``num_parallel_calls`` and ``deterministic`` are
         accepted for compatibility: the order is always the deterministic one (overlap reading
         with the step by ``prefetch``). With a file reader as ``map_func``
-        (``list_files(...).interleave(mpidist.data.readers.npy)``) this is the pipeline FILE
+        (``list_files(...).interleave(mpidist.data.NpyDataset)``) this is the pipeline FILE
         auto-sharding splits by file."""
         map_func = _check_map_func("interleave", map_func)
         if cycle_length is None or cycle_length == AUTOTUNE:
@@ -614,7 +614,8 @@ class _Batch(Dataset):
 
 
 def _batches_of_blocks(blocks, size, drop_remainder):
-    """Batches of ``size`` rows cut from a stream of blocks (a copy, never a view of a file)."""
+    """Batches of ``size`` rows cut from a stream of blocks: a view of the block where the
+    batch lies inside one writable block, else a copy (never a view of a file mapping)."""
     pending, have, structure = [], 0, None
     for block in blocks:
         flat = nest.flatten(block)
@@ -622,6 +623,12 @@ def _batches_of_blocks(blocks, size, drop_remainder):
         rows, start = len(flat[0]), 0
         while start < rows:
             take = min(size - have, rows - start)
+            if take == size and all(leaf.flags.writeable for leaf in flat):
+                # a whole batch inside one block: a view (readers' blocks are fresh arrays, so
+                # it keeps one block alive, never a file), saving the copy a concatenate makes
+                yield _pack(structure, [leaf[start:start + size] for leaf in flat])
+                start += size
+                continue
             pending.append([leaf[start:start + take] for leaf in flat])
             have, start = have + take, start + take
             if have == size:
