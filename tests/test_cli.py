@@ -625,7 +625,7 @@ def test_bench_fails_loudly_on_wrong_results(nprocs, tmp_path):
 
 @pytest.mark.parametrize("argv,message", [
     ([], "the following arguments are required: {info,bench,run}"),
-    (["bench"], "the following arguments are required: {allreduce,batch,step,ps}"),
+    (["bench"], "the following arguments are required: {allreduce,batch,step,ps,input}"),
     (["bench", "allreduce", "--sizes", "6"], "6 byte(s) is not a whole number of float32 elements"),
     (["bench", "allreduce", "--sizes", "4X"], "'4X' is not a size"),
     (["bench", "allreduce", "--sizes", "64M:4K"], "MAX is smaller than MIN"),
