@@ -10,7 +10,8 @@ Layout of a saved dataset at ``path``::
 A shard file is self-describing, so a reader given only its name (FILE auto-sharding splits
 the shard files across workers) knows its spec and row count::
 
-    file header   "<8sIQQQI": MAGIC, format version, rows, blocks, file bytes, spec JSON length
+    file header   "<8sIQQQII": MAGIC, format version, rows, blocks, file bytes, spec JSON
+                  length, CRC-32 of the header's other fields and the spec JSON
     spec JSON     the element spec (``spec_to_json``) and the shard id
     blocks        each "<4sIQQI": BLOCK_MAGIC, table length, rows, payload length, CRC-32 of
                   table + payload; the table (JSON: each leaf's dtype and shape, leading
@@ -69,7 +70,7 @@ DEFAULT_BLOCK_BYTES = 4 << 20
 
 MAGIC = b"\x93MPDS\r\n\x1a"  # binary-only bytes: a text-mode copy or a wrong file fails here
 BLOCK_MAGIC = b"MPDB"
-_FILE_HEAD = struct.Struct("<8sIQQQI")
+_FILE_HEAD = struct.Struct("<8sIQQQII")
 _BLOCK_HEAD = struct.Struct("<4sIQQI")
 _ALIGN = 64
 _MAX_JSON = 64 << 20  # a larger header or table length is corruption, not data
@@ -248,8 +249,9 @@ class _ShardWriter:
         self.bytes = _FILE_HEAD.size + len(spec_bytes)
 
     def _write_head(self, f: IO[bytes]) -> None:
-        f.write(_FILE_HEAD.pack(MAGIC, FORMAT_VERSION, self.rows, self.blocks, self.bytes,
-                                len(self._spec_bytes)))
+        fields = (MAGIC, FORMAT_VERSION, self.rows, self.blocks, self.bytes,
+                  len(self._spec_bytes))
+        f.write(_FILE_HEAD.pack(*fields, _header_crc(fields, self._spec_bytes)))
 
     @property
     def pending_bytes(self) -> int:
@@ -344,6 +346,10 @@ class _ShardWriter:
             self._write_head(f)
             f.flush()
             os.fsync(f.fileno())
+
+
+def _header_crc(fields: tuple[Any, ...], spec_bytes: bytes) -> int:
+    return zlib.crc32(spec_bytes, zlib.crc32(_FILE_HEAD.pack(*fields, 0)))
 
 
 def _resized(a: np.ndarray, rows: int, keep: int, dtype: np.dtype | None = None) -> np.ndarray:
@@ -620,13 +626,17 @@ def _read_header(f: IO[bytes], path: str) -> ShardHeader:
     head = f.read(_FILE_HEAD.size)
     if len(head) < _FILE_HEAD.size or head[:8] != MAGIC:
         raise _data_loss(path, "it does not start with a shard header")
-    _, version, rows, blocks, size, spec_len = _FILE_HEAD.unpack(head)
-    if version != FORMAT_VERSION:
-        raise _data_loss(path, f"it has format version {version}, expected {FORMAT_VERSION}")
+    *fields, crc = _FILE_HEAD.unpack(head)
+    _, version, rows, blocks, size, spec_len = fields
     if spec_len > _MAX_JSON:
         raise _data_loss(path, f"its header claims a {spec_len}-byte spec")
+    spec_bytes = _read_exact(f, spec_len, path, "the header")
+    if _header_crc(tuple(fields), spec_bytes) != crc:
+        raise _data_loss(path, "its header fails its CRC-32 check")
+    if version != FORMAT_VERSION:
+        raise _data_loss(path, f"it has format version {version}, expected {FORMAT_VERSION}")
     try:
-        info = json.loads(_read_exact(f, spec_len, path, "the header"))
+        info = json.loads(spec_bytes)
         spec, shard_id = spec_from_json(info["element_spec"]), int(info["shard"])
     except (KeyError, TypeError, ValueError) as e:
         raise _data_loss(path, f"its header's spec is malformed ({e})") from None
