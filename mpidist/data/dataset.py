@@ -194,7 +194,7 @@ class Dataset:
             raise InvalidArgumentError(
                 f"Dataset.load: compression={compression!r} is not supported: mpidist's saved "
                 "datasets are not compressed. Pass compression=None.")
-        info = read_metadata(path)
+        info = read_metadata(file_name(path, "Dataset.load: path"))
         spec = check_load_spec(element_spec, info.element_spec, info.path)
         shards = _ShardDatasets(info.shard_paths, spec)
         if reader_func is None:
@@ -231,7 +231,8 @@ class Dataset:
         shard_of = None if shard_func is None else (
             lambda index, element: shard_func(*element) if type(element) is tuple
             else shard_func(element))
-        write_dataset(iter(self), self.element_spec, path, shard_of)
+        write_dataset(iter(self), self.element_spec, file_name(path, "Dataset.save: path"),
+                      shard_of)
 
     # -- transformations -----------------------------------------------------------------------
     def batch(self, batch_size, drop_remainder=False, num_parallel_calls=None, deterministic=None,

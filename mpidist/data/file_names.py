@@ -50,7 +50,7 @@ def match_patterns(file_pattern):
         matches = [m for m in glob.glob(os.path.expanduser(pattern)) if not os.path.isdir(m)]
         if not matches:
             raise InvalidArgumentError(
-                f"No files matched pattern: {pattern} (list_files; working directory "
+                f"No files matched pattern: {pattern} (list_files' file_pattern; working directory "
                 f"{os.getcwd()}). Check the path, or use an absolute one.")
         found.update(matches)
     return sorted(found)
