@@ -413,12 +413,59 @@ def _as_leaves(element: Any, spec: Any, flat_spec: list[TensorSpec], index: int
     return leaves
 
 
+_Pieces = Iterator[tuple[int, list[np.ndarray]]]
+
+
+def _element_pieces(elements: Iterable[Any], spec: Any, flat_spec: list[TensorSpec],
+                    shard_of: Callable[[int, Any], Any] | None, num_shards: int) -> _Pieces:
+    """(shard id, leaves with a leading dimension of 1) for each element."""
+    for index, element in enumerate(elements):
+        leaves = _as_leaves(element, spec, flat_spec, index)
+        shard = index % num_shards if shard_of is None else _shard_id(
+            shard_of(index, element), index)
+        yield shard, [leaf[None] for leaf in leaves]
+
+
+def _block_pieces(blocks: Iterable[Any], spec: Any, flat_spec: list[TensorSpec],
+                  shard_of: Callable[[int, Any], Any] | None, num_shards: int) -> _Pieces:
+    """(shard id, leaves) for the rows of each block that go to one shard."""
+    index = 0
+    for block in blocks:
+        try:
+            nest.assert_same_structure(block, spec)
+        except (ValueError, TypeError) as e:
+            raise InvalidArgumentError(
+                f"Dataset.save: the block of elements {index}.. does not have the element "
+                f"spec's structure {spec!r:.200}: {e}") from None
+        leaves = [np.asarray(x) for x in nest.flatten(block)]
+        n = len(leaves[0]) if leaves[0].ndim else -1
+        for leaf, s in zip(leaves, flat_spec):
+            if leaf.ndim == 0 or len(leaf) != n or not _leaf_fits(s, leaf.dtype, leaf.shape[1:]):
+                raise InvalidArgumentError(
+                    f"Dataset.save: the block of elements {index}.. has a leaf of dtype "
+                    f"{leaf.dtype} and shape {leaf.shape}, which is not {max(n, 0)} rows of "
+                    f"its spec {s}.")
+        if shard_of is None:
+            for k in range(min(n, num_shards)):
+                yield (index + k) % num_shards, [leaf[k::num_shards] for leaf in leaves]
+        else:
+            for j in range(n):
+                row = nest.pack_sequence_as(spec, [leaf[j] for leaf in leaves])
+                shard = _shard_id(shard_of(index + j, row), index + j)
+                yield shard, [leaf[j:j + 1] for leaf in leaves]
+        index += max(n, 0)
+
+
 def write_dataset(elements: Iterable[Any], element_spec: Any, path: str | os.PathLike[str],
                   shard_of: Callable[[int, Any], Any] | None = None, *,
                   num_shards: int = DEFAULT_NUM_SHARDS, block_rows: int = DEFAULT_BLOCK_ROWS,
-                  block_bytes: int = DEFAULT_BLOCK_BYTES) -> SavedDataset:
+                  block_bytes: int = DEFAULT_BLOCK_BYTES, blocks: bool = False
+                  ) -> SavedDataset:
     """Write ``elements`` (nests of arrays in ``element_spec``'s structure) as a saved dataset
-    at ``path``, atomically, and return what ``read_metadata`` will say of it.
+    at ``path``, atomically, and return what ``read_metadata`` will say of it. With
+    ``blocks=True``, ``elements`` yields blocks instead: nests whose leaves share a leading row
+    dimension, each row one element (the fast path: no per-row Python work unless
+    ``shard_of`` is given).
 
     ``shard_of(index, element)`` gives each element's shard id (an int >= 0); None assigns
     element ``i`` to shard ``i % num_shards`` (TF's round-robin). Only shards that receive an
@@ -449,17 +496,16 @@ def write_dataset(elements: Iterable[Any], element_spec: Any, path: str | os.Pat
     open_files: collections.OrderedDict[int, Any] = collections.OrderedDict()
     try:
         pending_limit = _PENDING_BLOCKS * block_bytes
-        for index, element in enumerate(elements):
-            leaves = _as_leaves(element, element_spec, flat_spec, index)
-            shard = index % num_shards if shard_of is None else _shard_id(
-                shard_of(index, element), index)
+        pieces = _block_pieces if blocks else _element_pieces
+        for count, (shard, leaves) in enumerate(
+                pieces(elements, element_spec, flat_spec, shard_of, num_shards)):
             writer = writers.get(shard)
             if writer is None:
                 writer = writers[shard] = _ShardWriter(
                     shard, os.path.join(tmp, _shard_file(shard)), spec_json, block_rows,
                     block_bytes)
-            writer.add([leaf[None] for leaf in leaves], open_files)
-            if len(writers) > _PENDING_BLOCKS and index % 1024 == 0:
+            writer.add(leaves, open_files)
+            if len(writers) > _PENDING_BLOCKS and count % 1024 == 0:
                 # many shards each holding a partial block: bound their sum
                 while sum(w.pending_bytes for w in writers.values()) > pending_limit:
                     max(writers.values(), key=lambda w: w.pending_bytes).flush(open_files)

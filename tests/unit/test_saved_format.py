@@ -52,8 +52,24 @@ def same_leaf(saved, got):
         assert got.tobytes() == saved.tobytes()  # bit-exact: NaN payloads, -0.0
 
 
-def check_round_trip(elements, spec, path, shard_of=None, **kw):
-    meta = sf.write_dataset(iter(elements), spec, path, shard_of, **kw)
+def as_blocks(elements, most=3):
+    """Consecutive elements whose leaves have equal shapes and kinds, stacked in blocks."""
+    def key(e):
+        return [(np.shape(x), np.asarray(x).dtype.kind) for x in nest.flatten(e)]
+
+    run = []
+    for e in elements:
+        if run and (key(e) != key(run[0]) or len(run) == most):
+            yield nest.map_structure(lambda *xs: np.stack(xs), *run)
+            run = []
+        run.append(e)
+    if run:
+        yield nest.map_structure(lambda *xs: np.stack(xs), *run)
+
+
+def check_round_trip(elements, spec, path, shard_of=None, blocks=False, **kw):
+    source = as_blocks(elements) if blocks else iter(elements)
+    meta = sf.write_dataset(source, spec, path, shard_of, blocks=blocks, **kw)
     got = read_all(path)
     expected = collections.defaultdict(list)
     for i, e in enumerate(elements):
@@ -185,12 +201,12 @@ def spec_and_elements(draw):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.data_too_large])
-@given(spec_and_elements(), st.integers(1, 4), st.integers(1, 5), st.booleans())
-def test_generated_structures_round_trip(case, num_shards, block_rows, custom_shards):
+@given(spec_and_elements(), st.integers(1, 4), st.integers(1, 5), st.booleans(), st.booleans())
+def test_generated_structures_round_trip(case, num_shards, block_rows, custom_shards, blocks):
     spec, elements = case
     shard_of = (lambda i, e: (i * 7) % 5) if custom_shards else None
     with tempfile.TemporaryDirectory() as d:
-        check_round_trip(elements, spec, os.path.join(d, "ds"), shard_of,
+        check_round_trip(elements, spec, os.path.join(d, "ds"), shard_of, blocks,
                          num_shards=num_shards, block_rows=block_rows)
 
 
@@ -202,17 +218,20 @@ def test_generated_structures_round_trip(case, num_shards, block_rows, custom_sh
     (lambda i, e: np.array(5 if i < 4 else 1000, np.uint8 if i < 4 else np.int32), [5, 1000]),
     (lambda i, e: int(e[0]) % 2 * 7, [0, 7]),  # gaps: shards 1..6 get no file
 ])
-def test_shard_of_assigns_shards(tmp_path, shard_of, expected_ids):
+@pytest.mark.parametrize("blocks", [False, True])
+def test_shard_of_assigns_shards(tmp_path, shard_of, expected_ids, blocks):
     elements = [(np.int64(i),) for i in range(10)]
-    meta = check_round_trip(elements, (TensorSpec((), np.int64),), tmp_path / "ds", shard_of)
+    meta = check_round_trip(elements, (TensorSpec((), np.int64),), tmp_path / "ds", shard_of,
+                            blocks)
     assert [s.id for s in meta.shards] == expected_ids
     assert sorted(os.listdir(tmp_path / "ds")) == sorted(
         [sf.METADATA_FILE] + [f"shard-{i:05d}.mpds" for i in expected_ids])
 
 
-def test_default_sharding_is_round_robin_over_num_shards(tmp_path):
+@pytest.mark.parametrize("blocks", [False, True])
+def test_default_sharding_is_round_robin_over_num_shards(tmp_path, blocks):
     elements = [np.int32(i) for i in range(20)]
-    meta = check_round_trip(elements, TensorSpec((), np.int32), tmp_path / "ds")
+    meta = check_round_trip(elements, TensorSpec((), np.int32), tmp_path / "ds", None, blocks)
     assert [s.rows for s in meta.shards] == [3, 3, 3, 3, 2, 2, 2, 2]
     assert len(meta.shards) == sf.DEFAULT_NUM_SHARDS
     small = check_round_trip(elements[:3], TensorSpec((), np.int32), tmp_path / "small")
@@ -270,6 +289,17 @@ def test_element_not_fitting_spec_is_named(tmp_path):
         sf.write_dataset(iter([(np.zeros(2),)]), TensorSpec((2,), np.float64), tmp_path / "ds")
     with pytest.raises(InvalidArgumentError, match="cannot hold"):
         sf.write_dataset(iter([]), TensorSpec((), object), tmp_path / "ds")
+    assert os.listdir(tmp_path) == []
+
+
+def test_block_not_fitting_spec_is_named(tmp_path):
+    spec = (TensorSpec((2,), np.float32), TensorSpec((), np.int64))
+    good = (np.zeros((3, 2), np.float32), np.zeros(3, np.int64))
+    for bad in [(np.zeros((3, 2), np.float32), np.zeros(4, np.int64)),
+                (np.zeros((3, 3), np.float32), np.zeros(3, np.int64)),
+                (np.zeros(2, np.float32), np.int64(0))]:
+        with pytest.raises(InvalidArgumentError, match="the block of elements 3.. has a leaf"):
+            sf.write_dataset(iter([good, bad]), spec, tmp_path / "ds", blocks=True)
     assert os.listdir(tmp_path) == []
 
 
@@ -446,7 +476,8 @@ def _rss():
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
-def test_write_and_read_200mb_with_rss_bounded_by_blocks(tmp_path):
+@pytest.mark.parametrize("blocks", [False, True])
+def test_write_and_read_200mb_with_rss_bounded_by_blocks(tmp_path, blocks):
     rows, row_floats = 3200, 8192  # 3200 rows of 64 KiB: 200 MiB
     block_bytes = 2 << 20
     gc.collect()
@@ -454,13 +485,16 @@ def test_write_and_read_200mb_with_rss_bounded_by_blocks(tmp_path):
 
     def elements():
         nonlocal peak
-        for i in range(rows):
+        step = 16 if blocks else 1
+        for i in range(0, rows, step):
             peak = max(peak, _rss())
-            yield (np.full(row_floats, i, np.float64), np.int64(i))
+            index = np.arange(i, i + step)
+            values = np.repeat(index[:, None], row_floats, axis=1).astype(np.float64)
+            yield (values, index) if blocks else (values[0], index[0])
 
     spec = (TensorSpec((row_floats,), np.float64), TensorSpec((), np.int64))
     meta = sf.write_dataset(elements(), spec, tmp_path / "ds", num_shards=4,
-                            block_bytes=block_bytes)
+                            block_bytes=block_bytes, blocks=blocks)
     write_growth = peak - base
     assert meta.rows == rows and sum(s.bytes for s in meta.shards) > 200 << 20
 
