@@ -378,7 +378,9 @@ class Dataset:
         return iter(self)
 
     def __repr__(self):
-        return f"<{type(self).__name__.lstrip('_')}Dataset element_spec={self.element_spec}>"
+        name = type(self).__name__.lstrip("_")
+        name = name if name.endswith("Dataset") else name + "Dataset"
+        return f"<{name} element_spec={self.element_spec}>"
 
     # -- for subclasses and the distribution layer ----------------------------------------------
     def _iterate(self, ctx):
@@ -1163,8 +1165,11 @@ def specs_match(a, b):
 
 def _check_map_func(api, map_func):
     if not callable(map_func):
+        hint = (" Pass the reader class itself (interleave(NpyDataset)) or a function that "
+                "builds one dataset per element (lambda f: NpyDataset(f)), not a dataset."
+                if isinstance(map_func, Dataset) else "")
         raise TypeError(f"{api}: map_func must be a callable that returns a Dataset for each "
-                        f"element, got {short(map_func)}.")
+                        f"element, got {short(map_func)}.{hint}")
     return map_func
 
 
@@ -1228,7 +1233,9 @@ class _Interleave(Dataset):
             raise TypeError(
                 f"{self._api}: map_func must return an mpidist.data.Dataset for each element; "
                 f"for element {index} ({short(element)}) it returned {short(inner)}. Wrap "
-                "arrays in Dataset.from_tensor_slices or from_tensors.")
+                "arrays in Dataset.from_tensor_slices or from_tensors; to read files, return a "
+                "reader (NpyDataset(filename), ParquetDataset, HDF5Dataset, TextLineDataset), "
+                "which streams the file and lets FILE auto-sharding split the files.")
         if check and not specs_match(inner.element_spec, self.element_spec):
             raise InvalidArgumentError(
                 f"{self._api}: the dataset map_func returned for element {index} "
