@@ -367,8 +367,8 @@ def _shard_id(value: Any, index: int) -> int:
             return shard
     raise InvalidArgumentError(
         f"Dataset.save: shard_func returned {value!r:.80} ({type(value).__name__}) for element "
-        f"{index}; it must return an int shard id >= 0 (a Python or NumPy integer below 2**63). "
-        "Return e.g. `index % num_shards`.")
+        f"{index}; it must return an int shard id >= 0 (a Python or NumPy integer below 2**63), "
+        "e.g. `int(label) % 4`.")
 
 
 def _check_path(path: str) -> bool:
