@@ -58,6 +58,7 @@ def _check_report(report, ranks, directory):
     assert step["ranks"] == ranks and step["replicas"] == ranks
     assert step["strategy"] == ("OneDevice" if ranks == 1 else f"MWMS {ranks}x1")
     assert step["memory_ms"] > 0 and step["files_ms"] > 0
+    assert step["memory_input_ms"] > 0 and step["files_input_ms"] > 0
     assert step["ratio"] == pytest.approx(step["files_ms"] / step["memory_ms"])
     assert step["rows"] == step["steps"] * step["global_batch"] and step["files"] >= ranks
     assert os.listdir(directory) == []  # every rank's temporary files removed
@@ -90,7 +91,7 @@ def test_table_under_mpiexec(tmp_path):
             ours, raw, ratio = map(float, line.split()[1:4])
             assert ours > 0 and raw > 0 and ratio > 0, line
     (step,) = [x for x in lines if x.startswith("MWMS 2x1 ")]
-    assert all(float(v) > 0 for v in step.split()[2:5]), step
+    assert len(step.split()) == 7 and all(float(v) > 0 for v in step.split()[2:]), step
     assert os.listdir(tmp_path) == []
 
 

@@ -5,6 +5,7 @@
                             [--iters N | --min-time S] [--json | --csv] [--plot out.png]
     mpidist bench batch [--tensors 100] [--tensor-size 1000] [--json|--csv] [--plot out.png]
     mpidist bench step [--quick] [--paths allreduce,apply_gradients,fit] [--json|--markdown]
+    mpidist bench input [--quick] [--parts readers,step] [--formats npy,npz,parquet,hdf5] [--json]
     mpidist run [-n N] [--launcher auto|mpiexec|srun] [LAUNCHER OPTIONS] -- PROGRAM [ARGS...]
 
 Run alone, or under ``mpiexec`` / ``srun`` (every rank runs the command; rank 0 prints).
@@ -22,6 +23,8 @@ The modules, one concept each:
     bench              `bench allreduce` / `bench batch`: cases, checks, Timer, tables, CSV
     bench_step         `bench step`: the step a user writes beside its raw baseline
     bench_step_report  `bench step`'s tables and the fit cost model
+    bench_input        `bench input`: file readers beside the raw libraries, a step fed from
+                       files beside memory
     plot               the figures of `--plot` (matplotlib, optional)
 """
 

@@ -380,25 +380,30 @@ def _step_rows(directory: str, steps: int, global_batch: int, files: int, rounds
         grads = model.gradients(xs, ys, global_batch)
         optimizer.apply_gradients(zip(grads, model.variables))
 
-    def epoch(dist: Any) -> float:
-        """The slowest rank's mean time per step over one pass."""
+    def epoch(dist: Any, train: bool = True) -> float:
+        """The slowest rank's mean time per step over one pass (``train=False``: the input
+        alone, each step's batch taken and dropped)."""
         control.Barrier()
         start = time.perf_counter()
         count = 0
         for xs, ys in dist:
-            strategy.run(step, args=(xs, ys))
+            if train:
+                strategy.run(step, args=(xs, ys))
             count += 1
         elapsed = time.perf_counter() - start
         return control.allreduce(elapsed, op=mpi.MAX) / max(1, count)
 
-    for dist in dists.values():  # warm-up: caches, BLAS, the optimizer's slots
-        epoch(dist)
-    samples: dict[str, list[float]] = {name: [] for name in dists}
-    names = list(dists)
+    cases = {name: functools.partial(epoch, dist) for name, dist in dists.items()}
+    cases.update({f"{name} input": functools.partial(epoch, dist, False)
+                  for name, dist in dists.items()})
+    for case in cases.values():  # warm-up: caches, BLAS, the optimizer's slots
+        case()
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    names = list(cases)
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
-            samples[name].append(epoch(dists[name]))
-    memory, from_files = (statistics.median(samples[k]) for k in ("memory", "files"))
+            samples[name].append(cases[name]())
+    med = {name: statistics.median(v) * 1e3 for name, v in samples.items()}
     return [{"part": "step", "strategy": label, "ranks": size,
              "replicas": strategy.num_replicas_in_sync,
              "model": "-".join(map(str, STEP_WIDTHS)), "global_batch": global_batch,
@@ -406,8 +411,9 @@ def _step_rows(directory: str, steps: int, global_batch: int, files: int, rounds
              "memory": "from_tensor_slices((x, y)).batch(G)",
              "files_pipeline": "list_files(shuffle=False).interleave(NpyDataset, cycle_length=1)"
                                ".batch(G).map(split x/y).prefetch(AUTOTUNE)",
-             "memory_ms": memory * 1e3, "files_ms": from_files * 1e3,
-             "ratio": from_files / memory,
+             "memory_ms": med["memory"], "files_ms": med["files"],
+             "ratio": med["files"] / med["memory"],
+             "memory_input_ms": med["memory input"], "files_input_ms": med["files input"],
              "samples_ms": {k: [s * 1e3 for s in v] for k, v in samples.items()}}]
 
 
@@ -491,8 +497,9 @@ def input_table(job: bench.Job, rows: Sequence[bench.Row], settings: dict[str, A
         out.append(f"# step: {r['strategy']}, {r['model']} MLP, global batch {r['global_batch']}, "
                    f"{r['steps']} steps per pass, {r['files']} .npy files; slowest rank's ms per "
                    f"step; target files/memory <= {TARGETS['step']:.2f}")
-        out.append(f"{'strategy':12} {'memory ms':>10} {'files ms':>10} {'files/memory':>13}")
+        out.append(f"{'strategy':12} {'memory ms':>10} {'files ms':>10} {'files/memory':>13} "
+                   f"{'input alone: memory ms':>23} {'files ms':>9}")
         out.append(f"{r['strategy']:12} {r['memory_ms']:10.2f} {r['files_ms']:10.2f} "
-                   f"{r['ratio']:13.2f}")
+                   f"{r['ratio']:13.2f} {r['memory_input_ms']:23.3f} {r['files_input_ms']:9.3f}")
         out.append(f"# memory: {r['memory']}; files: {r['files_pipeline']}")
     return out
