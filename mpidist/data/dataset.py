@@ -231,8 +231,12 @@ class Dataset:
         shard_of = None if shard_func is None else (
             lambda index, element: shard_func(*element) if type(element) is tuple
             else shard_func(element))
-        write_dataset(iter(self), self.element_spec, file_name(path, "Dataset.save: path"),
-                      shard_of)
+        path = file_name(path, "Dataset.save: path")
+        if shard_of is None and self._yields_blocks():  # rows from files: whole blocks at once
+            context = IterationContext(iteration=next(self._iterations))
+            write_dataset(self._blocks(context), self.element_spec, path, blocks=True)
+        else:
+            write_dataset(iter(self), self.element_spec, path, shard_of)
 
     # -- transformations -----------------------------------------------------------------------
     def batch(self, batch_size, drop_remainder=False, num_parallel_calls=None, deterministic=None,

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import mpidist
 from mpidist.core.devices import parse_device
 from mpidist.data import Dataset, TensorSpec
 from mpidist.data.distributed import InputWorkers, distribute_dataset
@@ -116,3 +117,16 @@ def test_file_sharding_gives_each_worker_its_own_shards(tmp_path, workers):
         assert {r % 7 for r in rows} == set(range(7)[w::workers])  # shard files w, w + W, ...
         seen.extend(rows)
     assert sorted(seen) == list(range(40))
+
+
+def test_saving_a_file_reader_writes_its_blocks_with_the_same_rows_as_element_by_element(
+        tmp_path):
+    rows = np.arange(3000, dtype=np.float32).reshape(1000, 3)
+    np.save(tmp_path / "rows.npy", rows)
+    reader = mpidist.data.NpyDataset(str(tmp_path / "rows.npy"), block_rows=64)
+    reader.save(str(tmp_path / "blocks"))  # blocks, round-robin by strided slices
+    Dataset.from_tensor_slices(rows).save(str(tmp_path / "elements"))  # element by element
+    for name in ("blocks", "elements"):
+        got = np.stack(list(in_order(str(tmp_path / name))))
+        want = np.concatenate([rows[s::8] for s in range(8)])  # shard s: rows s, s + 8, ...
+        assert np.array_equal(got, want), name
