@@ -44,7 +44,7 @@ from mpidist.data.saved_format import (
 from mpidist.data.spec import TensorSpec, most_specific_common, spec_of
 from mpidist.errors import InvalidArgumentError
 
-__all__ = ["Dataset", "FileReader", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY",
+__all__ = ["Dataset", "FileReader", "BlockSizes", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY",
            "SHARD_HINT", "IterationContext", "iterate", "static_batch_size", "source_row_count",
            "find_file_reader", "file_count", "has_shard_hints"]
 
@@ -74,6 +74,10 @@ class IterationContext:
         self.source_shard = source_shard
         self.file_shard = file_shard
         self.shard_hint = shard_hint
+        # Set by a batch that cuts blocks of file rows (a hint: it changes block sizes, never
+        # the elements): readers make blocks of whole batches, so batches are views of them.
+        self.batch_rows = None
+        self.row_offset = 0  # rows of the batched stream before this reader's first row
         self._instances = {}
         self._children = {}
 
@@ -592,6 +596,7 @@ class _Batch(Dataset):
     def _iterate(self, ctx):
         n = self._batch_size
         if self._inputs[0]._yields_blocks():
+            ctx.batch_rows = n
             yield from _batches_of_blocks(self._inputs[0]._blocks(ctx), n, self._drop_remainder)
             return
         source = self._inputs[0]._index_source()
@@ -642,7 +647,10 @@ def _batches_of_blocks(blocks, size, drop_remainder):
                 yield _pack(structure, [np.concatenate(column) for column in zip(*pending)])
                 pending, have = [], 0
     if have and not drop_remainder:
-        yield _pack(structure, [np.concatenate(column) for column in zip(*pending)])
+        if len(pending) == 1 and all(leaf.flags.writeable for leaf in pending[0]):
+            yield _pack(structure, pending[0])  # the short last batch, inside one block
+        else:
+            yield _pack(structure, [np.concatenate(column) for column in zip(*pending)])
 
 
 def _pack(structure, leaves):
@@ -989,6 +997,29 @@ class _FileList(Dataset):
         return len(self._names)
 
 
+class BlockSizes:
+    """The block sizes a reader should use for one file: about its preferred size, but where
+    a batch consumes the blocks, whole batches, the first block completing the batch in
+    progress. A batch then lies inside one block and is a view of it: one copy from the file,
+    as the raw library makes, instead of a second one to join pieces of two blocks."""
+
+    __slots__ = ("batch_rows", "offset")
+
+    def __init__(self, batch_rows=None, offset=0):
+        self.batch_rows, self.offset = batch_rows, offset
+
+    def split(self, rows, preferred, exact=False):
+        """Block sizes summing to ``rows``; ``exact``: ``preferred`` each (the user's choice)."""
+        b = self.batch_rows
+        step = preferred if exact or not b else max(1, round(preferred / b)) * b
+        position = 0 if exact or not b else -self.offset % b
+        if position:
+            yield min(position, rows)
+        while position < rows:
+            yield min(step, rows - position)
+            position += step
+
+
 class FileReader(Dataset):
     """Base of the sources that stream the rows of files, one file after another, never
     holding a whole file: ``TextLineDataset``, the readers of ``mpidist.data.readers`` and
@@ -996,8 +1027,9 @@ class FileReader(Dataset):
 
     ``filenames`` is one file name, a list of them, or a Dataset of them. A subclass says how
     to read one file: ``_file_spec(path)``, the element spec from what the file says of itself
-    (a header, a schema) without reading its rows; ``_file_blocks(path)``, its rows in blocks
-    (nests of arrays sharing a leading dimension, in the element's structure); optionally
+    (a header, a schema) without reading its rows; ``_file_blocks(path, sizes)``, its rows in
+    blocks (nests of arrays sharing a leading dimension, in the element's structure), of the
+    sizes ``sizes.split(rows, preferred)`` gives where the reader can choose; optionally
     ``_file_rows(path)``, its row count from the header. Every file must have the first file's
     element spec: one that differs is an error naming both files, raised before any of its rows
     is produced.
@@ -1018,7 +1050,7 @@ class FileReader(Dataset):
     def _file_spec(self, path):
         raise NotImplementedError
 
-    def _file_blocks(self, path):
+    def _file_blocks(self, path, sizes):
         raise NotImplementedError
 
     def _file_rows(self, path):
@@ -1063,6 +1095,7 @@ class FileReader(Dataset):
 
     def _blocks(self, ctx):
         expected, first = self.element_spec, self._first_file()
+        produced = ctx.row_offset
         for path in self._file_names(ctx):
             got = self._spec_of_file(path)
             if not specs_match(got, expected):
@@ -1070,8 +1103,10 @@ class FileReader(Dataset):
                     f"{self.reader}: {path} holds elements {got}, but {first} holds {expected}: "
                     "every file one reader reads must have the same columns, dtypes and row "
                     "shapes. Convert the odd file, or read it in a pipeline of its own.")
-            for block in self._file_blocks(path):
-                if _row_count(block):
+            for block in self._file_blocks(path, BlockSizes(ctx.batch_rows, produced)):
+                rows = _row_count(block)
+                if rows:
+                    produced += rows
                     yield block
 
     def _iterate(self, ctx):
@@ -1106,8 +1141,8 @@ class _SavedShard(FileReader):
     def _file_rows(self, path):
         return read_shard_header(path).rows
 
-    def _file_blocks(self, path):
-        return read_shard_blocks(path, self._spec)
+    def _file_blocks(self, path, sizes):
+        return read_shard_blocks(path, self._spec)  # the blocks as written
 
 
 class _ShardDatasets(Dataset):
@@ -1294,10 +1329,12 @@ class _Interleave(Dataset):
     def _blocks(self, ctx):
         return self._interleave(ctx, blocks=True)
 
-    def _start(self, ctx, index, inner, blocks):
+    def _start(self, ctx, index, inner, blocks, produced=0):
         child = ctx.child(salt=index)
         if not blocks:
             return inner._iterate(child)
+        if self._cycle_length == 1:  # one reader at a time: its blocks can align to batches
+            child.batch_rows, child.row_offset = ctx.batch_rows, ctx.row_offset + produced
         return _BlockCursor(inner._blocks(child) if inner._yields_blocks()
                             else _rows_as_blocks(inner._iterate(child)))
 
@@ -1305,7 +1342,7 @@ class _Interleave(Dataset):
         k, b = self._cycle_length, self._block_length
         structure = self.element_spec if blocks else None
         opened = self._opened(ctx)
-        slots, cycle, position, live, end = [None] * k, 0, 0, 0, False
+        slots, cycle, position, live, end, produced = [None] * k, 0, 0, 0, False, 0
         while not end or live:
             slot = slots[cycle]
             if slot is None:
@@ -1316,7 +1353,7 @@ class _Interleave(Dataset):
                 if item is _END:
                     end = True
                 else:
-                    slots[cycle], live = self._start(ctx, *item, blocks), live + 1
+                    slots[cycle], live = self._start(ctx, *item, blocks, produced), live + 1
                 continue
             if not blocks:
                 element = next(slot, _END)
@@ -1336,7 +1373,7 @@ class _Interleave(Dataset):
                 cycle, position = (cycle + 1) % k, 0
                 continue
             yield element
-            position += taken
+            position, produced = position + taken, produced + taken
             if position >= b:
                 cycle, position = (cycle + 1) % k, 0
 

@@ -49,6 +49,12 @@ def _block_rows(reader, block_rows):
     return None if block_rows is None else positive_int(f"{reader}: block_rows", block_rows)
 
 
+def _block_split(sizes, rows, row_bytes, block_rows):
+    """Block sizes for ``rows`` rows: the user's ``block_rows`` exactly, else about
+    BLOCK_BYTES, in whole batches where a batch consumes them (``BlockSizes``)."""
+    return sizes.split(rows, _rows_per_block(row_bytes, block_rows), exact=block_rows is not None)
+
+
 def _rows_per_block(row_bytes, block_rows):
     """``block_rows`` if given, else the rows that fill about BLOCK_BYTES (at least one)."""
     return block_rows if block_rows is not None else max(1, BLOCK_BYTES // max(1, row_bytes))
@@ -161,7 +167,7 @@ class TextLineDataset(FileReader):
                 f"TextLineDataset: {path} is not a complete {self._compression} file: {e}. Check "
                 "compression_type, or re-copy the file.") from e
 
-    def _file_blocks(self, path):
+    def _file_blocks(self, path, sizes):  # sizes: lines vary, blocks are by characters
         tail, offset = b"", 0
         for chunk in self._raw_chunks(path):
             data = tail + chunk
@@ -272,23 +278,23 @@ def _read_into(f, out, reader, where):
     return out
 
 
-def _npy_blocks(f, header, rows_per_block, reader, where):
-    """The rows of the .npy data at ``f``'s position, ``rows_per_block`` at a time, each block
-    a fresh array (one read, no mapping of the file)."""
-    n, row_shape = header.shape[0], header.shape[1:]
-    for start in range(0, n, rows_per_block):
-        rows = min(rows_per_block, n - start)
+def _npy_blocks(f, header, block_sizes, reader, where):
+    """The rows of the .npy data at ``f``'s position in blocks of ``block_sizes`` rows, each
+    block a fresh array (one read, no mapping of the file)."""
+    row_shape = header.shape[1:]
+    for rows in block_sizes:
         yield _read_into(f, np.empty((rows,) + row_shape, header.dtype), reader, where)
 
 
-def _fortran_blocks(path, header, rows_per_block):
+def _fortran_blocks(path, header, block_sizes):
     """Row blocks of a Fortran-ordered .npy (rows are not contiguous there): each block copied
     out of a mapping that lives only while the block is copied."""
-    n = header.shape[0]
-    for start in range(0, n, rows_per_block):
+    start = 0
+    for rows in block_sizes:
         whole = np.memmap(path, header.dtype, "r", header.offset, header.shape, order="F")
-        block = np.ascontiguousarray(whole[start:start + rows_per_block])
+        block = np.ascontiguousarray(whole[start:start + rows])
         del whole
+        start += rows
         yield block
 
 
@@ -323,14 +329,14 @@ class NpyDataset(FileReader):
     def _file_rows(self, path):
         return self._file_header(path).shape[0]
 
-    def _file_blocks(self, path):
+    def _file_blocks(self, path, sizes):
         with open(path, "rb", buffering=0) as f:
             header = self._header(path, f)  # again: the file may have changed since the spec
-            rows = _rows_per_block(header.row_bytes, self._rows_per_block)
+            blocks = _block_split(sizes, header.shape[0], header.row_bytes, self._rows_per_block)
             if header.fortran and len(header.shape) > 1:
-                yield from _fortran_blocks(path, header, rows)
+                yield from _fortran_blocks(path, header, blocks)
             else:
-                yield from _npy_blocks(f, header, rows, self.reader, path)
+                yield from _npy_blocks(f, header, blocks, self.reader, path)
 
 
 class NpzDataset(FileReader):
@@ -386,11 +392,13 @@ class NpzDataset(FileReader):
             members = self._members(path, archive)
         return next(iter(members.values()))[1].shape[0]
 
-    def _file_blocks(self, path):
+    def _file_blocks(self, path, sizes):
         with self._open(path) as archive:
             members = self._members(path, archive)
             row_bytes = sum(h.row_bytes for _, h in members.values())
-            rows = _rows_per_block(row_bytes, self._rows_per_block)
+            n = next(iter(members.values()))[1].shape[0]
+            # the same sizes for every member: their blocks are zipped into elements
+            blocks = list(_block_split(sizes, n, row_bytes, self._rows_per_block))
             opened, streams = [], {}
             try:
                 with self._guard(path):
@@ -398,7 +406,8 @@ class NpzDataset(FileReader):
                         opened.append(self._open_member(path, archive, name))  # side by side
                         where = f"{path} (array {key!r})"
                         _read_npy_header(opened[-1], self.reader, where)  # on to the data
-                        streams[key] = _npy_blocks(opened[-1], header, rows, self.reader, where)
+                        streams[key] = _npy_blocks(opened[-1], header, blocks, self.reader,
+                                                   where)
                     for blocks in zip(*streams.values()):
                         yield dict(zip(streams, blocks))
             finally:
@@ -552,7 +561,7 @@ class ParquetDataset(FileReader):
             return inner.reshape((rows, array.type.list_size) + inner.shape[1:])
         return array.to_numpy(zero_copy_only=False)
 
-    def _file_blocks(self, path):
+    def _file_blocks(self, path, sizes):  # sizes: pyarrow's record batches decide
         parquet = self._open(path)
         try:
             chosen = self._chosen(path, parquet)
@@ -640,22 +649,26 @@ class HDF5Dataset(FileReader):
         with self._open(path) as f:
             return self._datasets(path, f)[0].shape[0]
 
-    def _file_blocks(self, path):
+    def _file_blocks(self, path, sizes):
         with self._open(path) as f:
             dsets = self._datasets(path, f)
             paths = nest.flatten(self._key)
             strings = [self._dtype(path, p, d)[1] for p, d in zip(paths, dsets)]
             readers = [d.asstr() if s else d for d, s in zip(dsets, strings)]
-            rows = self._rows_per_block
-            if rows is None:
-                row_bytes = sum(int(np.prod(d.shape[1:], dtype=np.int64)) * d.dtype.itemsize
-                                for d in dsets)
+            row_bytes = sum(int(np.prod(d.shape[1:], dtype=np.int64)) * d.dtype.itemsize
+                            for d in dsets)
+            n = dsets[0].shape[0]
+            if self._rows_per_block is None and sizes.batch_rows is None:
+                # whole chunks, so each is decoded once
                 rows = _rows_per_block(row_bytes, None)
                 chunk = max((d.chunks[0] for d in dsets if d.chunks), default=1)
-                rows = max(chunk, rows // chunk * chunk)  # whole chunks: each decoded once
-            n = dsets[0].shape[0]
-            for start in range(0, n, rows):
+                blocks = sizes.split(n, max(chunk, rows // chunk * chunk), exact=True)
+            else:  # the user's block_rows, or whole batches (each batch then a view)
+                blocks = _block_split(sizes, n, row_bytes, self._rows_per_block)
+            start = 0
+            for rows in blocks:
                 leaves = [r[start:start + rows] for r in readers]
+                start += rows
                 leaves = [np.asarray(x, dtype=np.str_) if s else x for x, s in zip(leaves, strings)]
                 yield nest.pack_sequence_as(self._key, leaves) if nest.is_nested(self._key) else leaves[0]
 

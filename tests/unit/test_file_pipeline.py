@@ -39,7 +39,7 @@ class BlockReader(FileReader):
     def _file_rows(self, path):
         return len(np.load(path, mmap_mode="r"))
 
-    def _file_blocks(self, path):
+    def _file_blocks(self, path, sizes):
         a = np.load(path)
         for start in range(0, len(a), self._block):
             yield a[start:start + self._block]
@@ -292,3 +292,19 @@ def test_hint_policy_fills_the_placeholders_and_others_refuse_them():
     assert worker_rows(ds, 1, 0) == list(range(10))
     with pytest.raises(InvalidArgumentError, match="SHARD_HINT.*AutoShardPolicy.HINT"):
         worker_rows(ds, 2, 0)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 64, 100])
+def test_batches_of_file_rows_are_cut_inside_one_block_except_at_file_ends(tmp_path, batch):
+    """Readers size their blocks in whole batches, the first block of a file completing the
+    batch in progress: every batch but those spanning two files is a view of one block (one
+    copy from the file, as the raw library makes)."""
+    lengths = [200, 77, 0, 301, 5]
+    write_files(tmp_path, lengths, width=2048)  # 16 KiB rows: 64 rows fill a default block
+    files = Dataset.list_files(str(tmp_path / "*.npy"), shuffle=False)
+    for pipeline in (mpidist.data.NpyDataset(sorted(str(p) for p in tmp_path.glob("*.npy"))),
+                     files.interleave(mpidist.data.NpyDataset, cycle_length=1)):
+        batches = list(pipeline.batch(batch))
+        assert np.concatenate(batches)[:, 0].tolist() == list(range(sum(lengths)))
+        joined = sum(b.base is None for b in batches)  # concatenated from pieces
+        assert joined <= len([n for n in lengths if n]) - 1
