@@ -5,10 +5,12 @@ sorted order when they sort, as ``tf.nest`` does, else in insertion order.
 """
 
 import collections.abc
+import functools
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["is_nested", "flatten", "pack_sequence_as", "map_structure", "is_namedtuple"]
+__all__ = ["is_nested", "flatten", "pack_sequence_as", "packer", "map_structure", "is_namedtuple"]
 
 
 def is_namedtuple(x: object) -> bool:
@@ -89,6 +91,22 @@ def pack_sequence_as(structure: Any, flat: Iterable[Any]) -> Any:
         # build refers to itself, a cycle: without this every leaf lived until the next GC
         leaves.clear()
     return result
+
+
+def packer(structure: Any) -> Callable[[list[Any]], Any]:
+    """``lambda leaves: pack_sequence_as(structure, leaves)``, prepared once for packing many
+    times (a stream of batches): one level of a tuple or dict packs without walking the
+    structure again."""
+    if not is_nested(structure):
+        return operator.itemgetter(0)
+    children = _children(structure)
+    if any(is_nested(c) for c in children) or type(structure) not in (tuple, dict):
+        return functools.partial(pack_sequence_as, structure)
+    if type(structure) is tuple:
+        return tuple
+    keys = _sorted_keys(structure)
+    where = [(k, keys.index(k)) for k in structure]  # leaves come in sorted-key order
+    return lambda leaves: {k: leaves[i] for k, i in where}
 
 
 def assert_same_structure(a: Any, b: Any) -> None:

@@ -10,6 +10,7 @@ every run and every rank; without a seed, a distributed dataset agrees one seed 
 (see ``mpidist.data.distributed``) so sharding by data never duplicates or loses an example.
 """
 
+import collections
 import collections.abc
 import inspect
 import itertools
@@ -628,29 +629,29 @@ class _Batch(Dataset):
 def _batches_of_blocks(blocks, size, drop_remainder):
     """Batches of ``size`` rows cut from a stream of blocks: a view of the block where the
     batch lies inside one writable block, else a copy (never a view of a file mapping)."""
-    pending, have, structure = [], 0, None
+    pending, have, pack = [], 0, None
     for block in blocks:
         flat = nest.flatten(block)
-        structure = block if structure is None else structure
+        pack = nest.packer(block) if pack is None else pack
         rows, start = len(flat[0]), 0
         while start < rows:
             take = min(size - have, rows - start)
             if take == size and all(leaf.flags.writeable for leaf in flat):
                 # a whole batch inside one block: a view (readers' blocks are fresh arrays, so
                 # it keeps one block alive, never a file), saving the copy a concatenate makes
-                yield _pack(structure, [leaf[start:start + size] for leaf in flat])
+                yield pack([leaf[start:start + size] for leaf in flat])
                 start += size
                 continue
             pending.append([leaf[start:start + take] for leaf in flat])
             have, start = have + take, start + take
             if have == size:
-                yield _pack(structure, [np.concatenate(column) for column in zip(*pending)])
+                yield pack([np.concatenate(column) for column in zip(*pending)])
                 pending, have = [], 0
     if have and not drop_remainder:
         if len(pending) == 1 and all(leaf.flags.writeable for leaf in pending[0]):
-            yield _pack(structure, pending[0])  # the short last batch, inside one block
+            yield pack(pending[0])  # the short last batch, inside one block
         else:
-            yield _pack(structure, [np.concatenate(column) for column in zip(*pending)])
+            yield pack([np.concatenate(column) for column in zip(*pending)])
 
 
 def _pack(structure, leaves):
@@ -666,8 +667,9 @@ def _block_rows(block):
         for row in flat[0]:
             yield row.copy()
         return
+    pack = nest.packer(block)
     for i in range(len(flat[0])):
-        yield nest.pack_sequence_as(block, [leaf[i].copy() for leaf in flat])
+        yield pack([leaf[i].copy() for leaf in flat])
 
 
 def _stack(elements):
@@ -1020,6 +1022,18 @@ class BlockSizes:
             position += step
 
 
+# Element specs of files already read, while each file is unchanged (same inode, size and
+# modification time): an interleave opens a new reader per file every epoch, and opening a file
+# just for its header costs as much as reading megabytes of it (HDF5: ~0.5 ms).
+_FILE_SPECS: collections.OrderedDict = collections.OrderedDict()
+_FILE_SPECS_KEPT = 4096
+
+
+def _file_identity(path):
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 class FileReader(Dataset):
     """Base of the sources that stream the rows of files, one file after another, never
     holding a whole file: ``TextLineDataset``, the readers of ``mpidist.data.readers`` and
@@ -1071,9 +1085,24 @@ class FileReader(Dataset):
             return file_name(name, f"{self.reader}: an element of filenames")
         raise InvalidArgumentError(f"{self.reader}: the dataset of file names is empty.")
 
+    def _spec_args(self):
+        """The arguments of this reader that shape a file's element spec (hashable; e.g. the
+        columns chosen), or None where specs must not be remembered across readers."""
+        return None
+
     def _spec_of_file(self, path):
         if path not in self._file_specs:
-            self._file_specs[path] = self._file_spec(require_file(path, self.reader))
+            require_file(path, self.reader)
+            args = self._spec_args()
+            key = None if args is None else (type(self), args, path) + _file_identity(path)
+            spec = _FILE_SPECS.get(key) if key is not None else None
+            if spec is None:
+                spec = self._file_spec(path)
+                if key is not None:
+                    _FILE_SPECS[key] = spec
+                    while len(_FILE_SPECS) > _FILE_SPECS_KEPT:
+                        _FILE_SPECS.pop(next(iter(_FILE_SPECS)))
+            self._file_specs[path] = spec
         return self._file_specs[path]
 
     def _compute_spec(self):
@@ -1340,7 +1369,7 @@ class _Interleave(Dataset):
 
     def _interleave(self, ctx, blocks):
         k, b = self._cycle_length, self._block_length
-        structure = self.element_spec if blocks else None
+        pack = nest.packer(self.element_spec) if blocks else None
         opened = self._opened(ctx)
         slots, cycle, position, live, end, produced = [None] * k, 0, 0, 0, False, 0
         while not end or live:
@@ -1362,12 +1391,12 @@ class _Interleave(Dataset):
                 if position == 0 and live == k and k > 1:
                     rounds = min(s.available() for s in slots) // b
                     if rounds >= 2:  # whole rounds of the cycle in one stack
-                        yield _pack(structure, _stack_rounds(slots[cycle:] + slots[:cycle], rounds, b))
+                        yield pack(_stack_rounds(slots[cycle:] + slots[:cycle], rounds, b))
                         continue
                 # One dataset open at a time (flat_map, cycle_length=1): block_length cannot
                 # change the order, so all the rows at hand go on together, not b at a time.
                 taken = slot.available() if k == 1 else min(slot.available(), b - position)
-                element = _pack(structure, slot.take(taken)) if taken else _END
+                element = pack(slot.take(taken)) if taken else _END
             if element is _END:
                 slots[cycle], live = None, live - 1
                 cycle, position = (cycle + 1) % k, 0

@@ -109,6 +109,10 @@ class TextLineDataset(FileReader):
 
     reader = "TextLineDataset"
 
+    def _spec_args(self):
+        return ()  # one str per line, whatever the options
+
+
     def __init__(self, filenames, compression_type=None, buffer_size=None, num_parallel_reads=None,
                  name=None):
         if compression_type not in _COMPRESSION:
@@ -309,6 +313,10 @@ class NpyDataset(FileReader):
 
     reader = "NpyDataset"
 
+    def _spec_args(self):
+        return ()
+
+
     def __init__(self, filenames, block_rows=None):
         self._rows_per_block = _block_rows(self.reader, block_rows)
         super().__init__(filenames)
@@ -349,6 +357,9 @@ class NpzDataset(FileReader):
     """
 
     reader = "NpzDataset"
+
+    def _spec_args(self):
+        return ("*",) if self._keys is None else tuple(self._keys)  # "*": every key
 
     def __init__(self, filenames, keys=None, block_rows=None):
         self._keys = None if keys is None else _named_keys(self.reader, "keys", keys)
@@ -466,6 +477,10 @@ class ParquetDataset(FileReader):
     """
 
     reader = "ParquetDataset"
+
+    def _spec_args(self):
+        return ("*",) if self._columns is None else tuple(self._columns)  # "*": every column
+
 
     def __init__(self, filenames, columns=None, batch_rows=None):
         self._pa = _optional("pyarrow", self.reader, "parquet")
@@ -587,6 +602,10 @@ class HDF5Dataset(FileReader):
     """
 
     reader = "HDF5Dataset"
+
+    def _spec_args(self):
+        return repr(self._key)  # a str, or a tuple / dict of str
+
 
     def __init__(self, filenames, key, block_rows=None):
         self._h5py = _optional("h5py", self.reader, "hdf5")

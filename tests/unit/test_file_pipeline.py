@@ -308,3 +308,15 @@ def test_batches_of_file_rows_are_cut_inside_one_block_except_at_file_ends(tmp_p
         assert np.concatenate(batches)[:, 0].tolist() == list(range(sum(lengths)))
         joined = sum(b.base is None for b in batches)  # concatenated from pieces
         assert joined <= len([n for n in lengths if n]) - 1
+
+
+def test_a_rewritten_file_is_read_with_its_new_spec(tmp_path):
+    """Specs of files are remembered across readers (an interleave opens a new reader per file
+    each epoch) only while the file is unchanged."""
+    path = tmp_path / "x.npy"
+    np.save(path, np.zeros((5, 2), np.float32))
+    assert mpidist.data.NpyDataset(str(path)).element_spec == TensorSpec((2,), np.float32)
+    np.save(path, np.ones((5, 2), np.int32))  # same size in bytes, same inode
+    again = mpidist.data.NpyDataset(str(path))
+    assert again.element_spec == TensorSpec((2,), np.int32)
+    assert np.stack(list(again)).dtype == np.int32
