@@ -335,7 +335,9 @@ def _write_step_files(directory: str, x: np.ndarray, y: np.ndarray, files: int) 
 
 
 def _split_label(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return rows[:, :-1], rows[:, -1].astype(np.int64)
+    # contiguous, as the in-memory feed is (a strided x slows the matmul); copied in the
+    # prefetch thread, off the step
+    return np.ascontiguousarray(rows[:, :-1]), rows[:, -1].astype(np.int64)
 
 
 def _coverage(strategy: "Strategy", dist: Any, control: Any, mpi: Any) -> np.ndarray:
