@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 import mpidist
 from mpidist.core.devices import parse_device
 from mpidist.data import Dataset, TensorSpec
-from mpidist.data.dataset import SHARD_HINT, FileReader
+from mpidist.data.dataset import FileReader
+from mpidist.data.experimental import SHARD_HINT
 from mpidist.data.distributed import InputWorkers, distribute_dataset
 from mpidist.data.experimental import AutoShardPolicy
 from mpidist.errors import InvalidArgumentError, NotFoundError
