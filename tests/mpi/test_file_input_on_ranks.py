@@ -159,3 +159,20 @@ def test_training_outlives_the_worker_whose_files_end_first(shared_dir):
         totals += np.asarray(strategy.experimental_local_results(strategy.run(step, args=(batch,)))[0])
     everything = [i for f in ids for i in f]
     assert totals.tolist() == [float(len(everything)), float(sum(everything))]
+
+
+def test_a_saved_dataset_is_split_by_shard_file(shared_dir):
+    path = os.path.join(shared_dir, "saved")
+    total = 10 * size + 3
+    if rank == 0:
+        rows = np.repeat(np.arange(total, dtype=np.int64)[:, None], 2, axis=1)
+        Dataset.from_tensor_slices(rows).save(path, shard_func=lambda r: r[0] % (2 * size + 1))
+    comm.Barrier()
+    strategy = mwms()
+    loaded = Dataset.load(path)
+    assert loaded.cardinality() == total
+    steps = rows_seen(strategy, strategy.experimental_distribute_dataset(loaded.batch(4)))
+    mine = {i % (2 * size + 1) for step in steps for i in step}
+    assert mine <= set(range(2 * size + 1)[rank::size])  # this worker's shard files only
+    counts = Counter(i for s in everyone(steps) for step in s for i in step)
+    assert sorted(counts) == list(range(total)) and set(counts.values()) == {1}
