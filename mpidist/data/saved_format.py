@@ -396,15 +396,20 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _as_leaves(element: Any, spec: Any, flat_spec: list[TensorSpec], index: int
-               ) -> list[np.ndarray]:
+def _structured_leaves(value: Any, spec: Any, what: str) -> list[np.ndarray]:
+    """``value``'s leaves as arrays, if it has the element spec's structure."""
     try:
-        nest.assert_same_structure(element, spec)
+        nest.assert_same_structure(value, spec)
     except (ValueError, TypeError) as e:
         raise InvalidArgumentError(
-            f"Dataset.save: element {index} does not have the element spec's structure "
+            f"Dataset.save: {what} does not have the element spec's structure "
             f"{spec!r:.200}: {e}") from None
-    leaves = [np.asarray(x) for x in nest.flatten(element)]
+    return [np.asarray(x) for x in nest.flatten(value)]
+
+
+def _as_leaves(element: Any, spec: Any, flat_spec: list[TensorSpec], index: int
+               ) -> list[np.ndarray]:
+    leaves = _structured_leaves(element, spec, f"element {index}")
     for leaf, s in zip(leaves, flat_spec):
         if not _leaf_fits(s, leaf.dtype, leaf.shape):
             raise InvalidArgumentError(
@@ -431,13 +436,7 @@ def _block_pieces(blocks: Iterable[Any], spec: Any, flat_spec: list[TensorSpec],
     """(shard id, leaves) for the rows of each block that go to one shard."""
     index = 0
     for block in blocks:
-        try:
-            nest.assert_same_structure(block, spec)
-        except (ValueError, TypeError) as e:
-            raise InvalidArgumentError(
-                f"Dataset.save: the block of elements {index}.. does not have the element "
-                f"spec's structure {spec!r:.200}: {e}") from None
-        leaves = [np.asarray(x) for x in nest.flatten(block)]
+        leaves = _structured_leaves(block, spec, f"the block of elements {index}..")
         n = len(leaves[0]) if leaves[0].ndim else -1
         for leaf, s in zip(leaves, flat_spec):
             if leaf.ndim == 0 or len(leaf) != n or not _leaf_fits(s, leaf.dtype, leaf.shape[1:]):
