@@ -8,6 +8,10 @@ MPI_Init talks to the launcher as if the launcher had started it. Then it:
 - makes the program die with it (Linux ``PR_SET_PDEATHSIG``): a launcher that kills the guard
   with SIGKILL leaves no orphan rank behind;
 - forwards SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 (Slurm's time-limit signal);
+- clears the MPI library's shared memory that killed jobs left in /dev/shm: stale segments
+  before the program starts (a requeued job's MPI_Init would attach to its predecessor's),
+  and the program's own once it died and no live process maps them
+  (``mpidist.launch.leftovers``);
 - waits, and when the program dies abnormally prints one report on stderr: rank, host, pid,
   exit status or signal, and the last collective the rank entered (from the rank-state file,
   ``mpidist.comm.rank_state``); then exits with the program's code, or 128 + the signal.
@@ -25,6 +29,7 @@ import sys
 import time
 
 from mpidist.comm.rank_state import ENV_VARIABLE, create_state_file, read_state_file
+from mpidist.launch import leftovers
 from mpidist.launch.deaths import claim_first_death
 from mpidist.launch.report import death_report, exit_code_of, later_death_note
 from mpidist.launch.signals import forward_signals
@@ -92,6 +97,10 @@ def die_by_signal(number):
 
 def _run_and_report(command, report_dir):
     """Run the guarded program; its ``subprocess`` returncode (negative: killed by a signal)."""
+    # Before MPI starts: a killed predecessor's segment under the same name (a requeued Slurm
+    # job's) would be attached to by this rank and fail MPI_Init (mpidist.launch.leftovers).
+    _say(leftovers.clear_stale())
+    before = leftovers.present()
     path, fd = _state_file()
     try:
         env = dict(os.environ)
@@ -106,14 +115,34 @@ def _run_and_report(command, report_dir):
                    f"program as it would run without the guard, e.g. `python train.py`.\n")
             return code
         received = forward_signals(child)
-        returncode = child.wait()  # wait-ok: the guard lives exactly as long as its program
+        returncode, segments = _wait_noting_segments(child)
+        # also those that appeared while it ran: a short-lived rank dies between two looks
+        segments |= leftovers.present() - before
         if returncode != 0 and not received:  # after a forwarded signal the launcher speaks
             _report(returncode, read_state_file(path), child.pid, command, report_dir)
+        _say(leftovers.clear_when_unused(segments))  # MPICH removes them at MPI_Finalize only
         return returncode
     finally:
         os.close(fd)
         if not path.startswith("/proc/"):
             os.unlink(path)
+
+
+def _wait_noting_segments(child):
+    """Wait for ``child``; ``(returncode, the MPI shared-memory segments it mapped)``, read
+    from /proc every second while it runs (after it died, /proc no longer says)."""
+    segments = set()
+    while True:
+        try:
+            return child.wait(timeout=1.0), segments  # wait-ok: lives as long as its program
+        except subprocess.TimeoutExpired:
+            segments |= leftovers.segments_mapped_by(child.pid)
+
+
+def _say(cleared):
+    message = cleared.message()
+    if message:
+        _write(message + "\n")
 
 
 def _state_file():

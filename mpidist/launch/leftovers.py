@@ -1,0 +1,168 @@
+"""What a killed MPI job leaves on a node, and clearing it: the shared-memory segments in
+/dev/shm of the MPI library (MPICH's ``mpich_*``, UCX's ``ucx_*``).
+
+MPICH names a job's segment after the job and step, so the same name comes back when Slurm
+restarts a job (``scontrol requeue``, preemption, node failure): a rank of the new step then
+attaches to the dead step's segment and fails in ``MPI_Init`` (UCX: "failed to unpack
+address", "Invalid parameter", truncated messages), with nothing that points at the cause.
+And MPICH removes a segment only at a clean ``MPI_Finalize``, so every killed job leaves one.
+
+``mpidist.guard`` (each rank's parent in the documented scripts, ``mpidist run``, and
+``srun ... python -m mpidist.guard``) uses this module twice: before it starts the program, it
+removes leftovers that no live process maps and that are older than a grace period (a segment
+a rank of the new job is creating right now is neither); after the program died, it removes
+the segments the program had mapped once no live process maps them any more. Where the node's
+other ranks still map them (mpiexec kills them only after this rank's guard has ended), a
+detached cleaner (``python -m mpidist.launch.leftovers``) waits for them to go, up to
+``LINGER_SECONDS``, and then clears; what even that misses, the next guard on the node clears.
+"""
+
+import os
+import re
+import time
+from pathlib import Path
+
+__all__ = ["SHM", "PREFIXES", "present", "segments_mapped_by", "mapped_segments",
+           "clear_stale", "clear_unused", "clear_when_unused", "Cleared"]
+
+SHM = Path("/dev/shm")
+PREFIXES = ("mpich_", "ucx_")
+# A segment younger than this may be one a rank of a starting job has created and not yet
+# mapped (microseconds apart in MPICH); a requeued job's predecessor is seconds older.
+GRACE_SECONDS = 2.0
+LINGER_SECONDS = 30.0  # how long a detached cleaner waits for a dead job's ranks to go
+_MAPPING = re.compile(r"/dev/shm/(\S+)")
+
+
+def _ours(name):
+    return name.startswith(PREFIXES)
+
+
+def segments_mapped_by(pid):
+    """The MPI segments in /dev/shm that process ``pid`` maps (empty once it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return set()
+    return {name for name in _MAPPING.findall(text) if _ours(name)}
+
+
+def mapped_segments():
+    """The MPI segments any live process of this machine maps (that this user can see)."""
+    names = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            names.update(n for n in _MAPPING.findall(maps.read_text()) if _ours(n))
+        except OSError:
+            pass
+    return names
+
+
+class Cleared:
+    """What a clearing did: the segments removed, and those that could not be, with why."""
+
+    def __init__(self):
+        self.removed, self.failed = [], []
+
+    def message(self):
+        """A line for the log, naming what could not be removed and the fix; None if all is
+        well."""
+        if not self.failed:
+            return None
+        listed = ", ".join(f"{path} ({why})" for path, why in self.failed)
+        return (f"mpidist.guard: stale MPI shared memory from a killed job could not be "
+                f"removed: {listed}. A rank that attaches to it fails in MPI_Init. Remove "
+                "these files (as their owner or root), or run on another node.")
+
+
+def _remove(path, cleared):
+    try:
+        path.unlink()
+        cleared.removed.append(str(path))
+    except FileNotFoundError:
+        pass  # another rank of this node removed it first
+    except OSError as err:
+        cleared.failed.append((str(path), err.strerror or str(err)))
+
+
+def clear_stale(grace_seconds=GRACE_SECONDS, now=None):
+    """Remove the MPI segments no live process maps and not modified for ``grace_seconds``."""
+    cleared = Cleared()
+    if not SHM.is_dir():
+        return cleared
+    now = time.time() if now is None else now
+    candidates = []
+    me = os.geteuid()
+    for path in SHM.iterdir():
+        if not _ours(path.name):
+            continue
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        # other users' segments: theirs to clear (and their processes' maps we cannot read)
+        if (st.st_uid == me or me == 0) and now - st.st_mtime >= grace_seconds:
+            candidates.append(path)
+    if candidates:
+        in_use = mapped_segments()
+        for path in candidates:
+            if path.name not in in_use:
+                _remove(path, cleared)
+    return cleared
+
+
+def present():
+    """The MPI segments in /dev/shm now (names)."""
+    return {p.name for p in SHM.iterdir() if _ours(p.name)} if SHM.is_dir() else set()
+
+
+def clear_unused(names, grace_seconds=GRACE_SECONDS, now=None):
+    """Remove the segments ``names`` (a dead program's) that no live process maps and that
+    were not modified for ``grace_seconds`` (one a starting job has just created is not yet
+    mapped): the last rank of a node to end clears what the node's ranks shared."""
+    cleared = Cleared()
+    names = {n for n in names if (SHM / n).exists()}
+    if names:
+        now = time.time() if now is None else now
+        in_use = mapped_segments()
+        for name in names - in_use:
+            path = SHM / name
+            try:
+                if now - path.stat().st_mtime < grace_seconds:
+                    continue
+            except OSError:
+                continue
+            _remove(path, cleared)
+    return cleared
+
+
+def clear_when_unused(names):
+    """``clear_unused(names)`` now; the segments still mapped are left to a detached cleaner
+    that clears them once their processes have gone. Returns what was cleared now."""
+    cleared = clear_unused(names)
+    left = [n for n in names if (SHM / n).exists()]
+    if left:
+        import subprocess  # noqa: PLC0415 - only after a program died with its segments mapped
+        import sys  # noqa: PLC0415
+
+        subprocess.Popen([sys.executable, "-m", "mpidist.launch.leftovers", *left],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    return cleared
+
+
+def _clear_later(names):
+    from mpidist.core.waiting import wait_until  # noqa: PLC0415 - the detached cleaner only
+
+    def done():
+        clear_unused(names)
+        return not any((SHM / n).exists() for n in names)
+
+    wait_until(done, "a dead MPI job's shared memory to be unmapped", "its ranks' processes",
+               timeout=LINGER_SECONDS, poll=0.2, on_expiry=lambda wait, now: None)
+
+
+if __name__ == "__main__":
+    import sys
+
+    _clear_later(sys.argv[1:])
