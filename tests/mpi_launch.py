@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mpidist.launch.leftovers import clear_stale
+
 LOOPBACK_ENV = {
     "HYDRA_IFACE": "lo",
     "UCX_NET_DEVICES": "lo",
@@ -107,6 +109,11 @@ def _run_job(cmd, timeout, extra_env):
     env = dict(os.environ)
     env.update(LOOPBACK_ENV)
     env.update(extra_env or {})
+    # Killed ranks of earlier launches (these tests kill many) leave MPICH's shared memory in
+    # /dev/shm, named after the job's pid: once pids wrap around, a new job attaches to a dead
+    # one's segment and hangs in MPI_Init. The guard clears them for users; plain launches here
+    # do it with the same code.
+    clear_stale()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", env=env, start_new_session=True)
     try:
