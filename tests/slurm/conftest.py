@@ -29,7 +29,7 @@ LOCAL_CLUSTER = SLURM_DIR / "local-cluster.sh"
 PROGRAMS = Path(__file__).parent / "programs"
 sys.path.insert(0, str(ROOT / "tests"))
 
-from mpi_launch import LOOPBACK_ENV  # noqa: E402
+from mpi_launch import LOOPBACK_ENV, launch  # noqa: E402
 
 PACKAGES = ["slurmd", "slurmctld", "slurm-client", "munge"]
 COMMANDS = ["munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel",
@@ -266,3 +266,19 @@ def remove_leaked_mpich_segments():
         if not leaked or time.monotonic() > deadline:
             break
         time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def mpiexec_reference():
+    """examples/digits_mlp.py on 2 ranks under the mpich wheel's mpiexec: the model every
+    Slurm run of the same training (slurm/train.py included) must end with, bit for bit."""
+    from jobs import json_lines
+
+    digits = ROOT / "examples" / "digits_mlp.py"
+    args = ["--strategy", "multi-worker", "--replicas", "1", "--loop", "fit", "--json"]
+    code, out = launch(2, [str(digits), *args], 180)
+    assert code == 0, f"mpiexec run failed (None = hang):\n{out}"
+    lines = json_lines(out)
+    assert len(lines) == 1, out
+    assert lines[0]["replicas"] == 2 and lines[0]["accuracy"] > 0.95
+    return lines[0]

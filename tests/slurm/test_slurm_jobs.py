@@ -19,56 +19,23 @@ import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from mpi_launch import launch
+from jobs import (
+    JOB_TIMEOUT,
+    PROGRAMS,
+    SLURM,
+    TRAIN,
+    assert_completed,
+    assert_same_model,
+    json_lines,
+    logs,
+    read,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-SLURM = ROOT / "slurm"
-PROGRAMS = Path(__file__).parent / "programs"
 DIGITS = ROOT / "examples" / "digits_mlp.py"
-TRAIN = SLURM / "train.py"
 DIGITS_ARGS = ["--strategy", "multi-worker", "--replicas", "1", "--loop", "fit", "--json"]
-JOB_TIMEOUT = 90  # seconds from submission to the end of one job
-
-
-def logs(workdir, jobid, name):
-    return [Path(workdir) / "logs" / f"{name}-{jobid}.out",
-            Path(workdir) / "logs" / f"{name}-{jobid}.err"]
-
-
-def read(path):
-    return Path(path).read_text(errors="replace") if Path(path).exists() else ""
-
-
-def json_lines(text, prefix="{"):
-    return [json.loads(line[line.index("{"):]) for line in text.splitlines()
-            if line.startswith(prefix)]
-
-
-def assert_completed(info, out, err):
-    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", \
-        f"job {info.get('JobId')}: {info.get('JobState')} exit {info.get('ExitCode')}\n" \
-        f"--- out\n{out}\n--- err\n{err}"
-
-
-def assert_same_model(result, reference):
-    assert result["accuracy"] == reference["accuracy"]
-    assert len(result["weights"]) == len(reference["weights"]) == 4
-    for got, want in zip(result["weights"], reference["weights"], strict=True):
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-
-
-@pytest.fixture(scope="module")
-def mpiexec_reference():
-    """examples/digits_mlp.py on 2 ranks under the mpich wheel's mpiexec."""
-    code, out = launch(2, [str(DIGITS), *DIGITS_ARGS], 180)
-    assert code == 0, f"mpiexec run failed (None = hang):\n{out}"
-    lines = json_lines(out)
-    assert len(lines) == 1, out
-    assert lines[0]["replicas"] == 2 and lines[0]["accuracy"] > 0.95
-    return lines[0]
 
 
 def run_cpu_script(slurm, workdir, args, options=("--ntasks-per-node=2",)):
@@ -196,11 +163,11 @@ def test_requeue_on_signal_resumes_from_backup(slurm, tmp_path, mpiexec_referenc
     jobid = slurm.sbatch(SLURM / "cpu.sbatch", args, options=["--ntasks-per-node=2"],
                          workdir=tmp_path)
     out_log, err_log = logs(tmp_path, jobid, "mpidist-cpu")
-    backup = tmp_path / "backups" / f"mpidist-cpu-{jobid}"
     # Signal once the first regular backup exists (step 10): training is under way.
     slurm.wait(jobid, JOB_TIMEOUT, logs=[out_log, err_log],
-               done=lambda info: (backup / "checkpoint").exists()
+               done=lambda info: any((tmp_path / "backups").glob("mpidist-cpu-*/checkpoint"))
                or info.get("JobState") in {"COMPLETED", "FAILED", "CANCELLED"})
+    backup = next((tmp_path / "backups").glob("mpidist-cpu-*"))  # keyed by name and command
     info = slurm.job(jobid)
     assert info["JobState"] == "RUNNING", (info, read(out_log), read(err_log))
     slurm.command(["scancel", "--signal=USR1", "--batch", str(jobid)])
