@@ -5,6 +5,13 @@ changing only the strategy object. Importing mpidist initialises nothing: no MPI
 no kernel compilation.
 """
 
+import importlib.util as _importlib_util
+
+if _importlib_util.find_spec("mpidist.kernels") is None:  # before anything fails on it
+    from mpidist._shadowed import shadowed_checkout_error
+
+    raise shadowed_checkout_error(__file__)
+
 from mpidist import (autodiff, callbacks, cluster_resolver, data, errors, experimental, metrics, nn,
                      optimizers, train)
 from mpidist.core.function import function

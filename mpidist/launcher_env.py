@@ -113,10 +113,20 @@ def in_slurm_allocation(environ: Environ | None = None) -> bool:
 
 # -- a Slurm step's task, for SlurmClusterResolver ---------------------------------------------
 def _required(name: str, where: str, environ: Environ | None) -> str:
+    environ = _read(environ)
     try:
-        return _read(environ)[name]
+        return environ[name]
     except KeyError:
-        raise RuntimeError(f"{name} not found in environment. Not running {where}?") from None
+        fix = ""
+        if where == _IN_A_SLURM_STEP:
+            inside = "This process runs in Slurm job {} but not in a step (a batch script " \
+                "that ran python itself). ".format(environ["SLURM_JOB_ID"]) \
+                if environ.get("SLURM_JOB_ID") else ""
+            fix = (f" {inside}SlurmClusterResolver reads the step srun starts: launch each task "
+                   "with srun (srun --mpi=pmi2 -n N python train.py; in a batch script, srun "
+                   "before python), or keep MPIClusterResolver, the default, under mpiexec.")
+        raise RuntimeError(f"{name} not found in environment. Not running {where}?{fix}") \
+            from None
 
 
 def _integer(name: str, raw: str) -> int:

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Lowest first. Each entry: (layer name, module prefixes).
 LAYERS = [
     ("base", ["mpidist.errors", "mpidist.config", "mpidist.types", "mpidist.logs",
-              "mpidist.launcher_env"]),
+              "mpidist.launcher_env", "mpidist._shadowed"]),
     ("core", ["mpidist.core"]),
     ("kernels", ["mpidist.kernels"]),
     ("backend", ["mpidist.backend"]),

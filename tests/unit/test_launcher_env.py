@@ -187,3 +187,16 @@ def test_step_layout_variables(monkeypatch):
 def test_slurm_gpus_per_task(monkeypatch, value, gpus):
     _set(monkeypatch, SLURM_GPUS_PER_TASK=value)
     assert launcher_env.slurm_gpus_per_task() == gpus
+
+
+def test_a_batch_script_that_ran_python_without_srun_is_told_to_use_srun():
+    """Inside a job but not a step (SLURM_JOB_ID and SLURM_PROCID set, no SLURM_STEP_*): TF's
+    message, then what happened and the fix."""
+    environ = {"SLURM_JOB_ID": "77", "SLURM_PROCID": "0"}
+    with pytest.raises(RuntimeError) as info:
+        SRUN_TASK.size(environ)
+    text = str(info.value)
+    assert text.startswith("SLURM_STEP_NUM_TASKS not found in environment. Not running inside "
+                           "a SLURM step?")
+    assert "Slurm job 77 but not in a step" in text and "srun --mpi=pmi2 -n N" in text
+    assert "MPIClusterResolver" in text
