@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import zipfile
 
 import numpy as np
@@ -69,30 +70,80 @@ def _fsync_directory(directory):
 
 
 def _atomic_write(path, write_fn):
-    """Write ``path`` through ``write_fn(file)`` so that it appears complete or not at all."""
+    """Write ``path`` through ``write_fn(file)`` so that it appears complete or not at all.
+
+    The data goes to an unnamed file in the same directory (Linux ``O_TMPFILE``), which is
+    given a name only once complete: a writer killed before that (SIGKILL, a time limit) leaves
+    nothing behind. Where the filesystem has no unnamed files, a named temporary stands in; its
+    name carries the host and pid, so the next write there removes those of dead writers."""
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory,
-                       f".{os.path.basename(path)}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    base = os.path.basename(path)
+    prefix = f".{base}.tmp-{socket.gethostname()}-"
+    tmp = os.path.join(directory, f"{prefix}{os.getpid()}-{secrets.token_hex(4)}")
     try:
         os.makedirs(directory, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        fd = _open_unnamed(directory)
+        named = fd is None
+        if named:
+            _remove_dead_writers_temporaries(directory, prefix)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as exc:
         # The OS names the temporary file or one parent; say which path the user gave.
         raise type(exc)(exc.errno, (
             f"Cannot write {path!r}: {exc.strerror} ({exc.filename!r}). Nothing was written; "
             "pass a path in a directory this process can create and write (no existing file "
             "in its place).")) from None
+    f = os.fdopen(fd, "wb")
     try:
-        with os.fdopen(fd, "wb") as f:
-            write_fn(f)
-            f.flush()
-            os.fsync(f.fileno())
+        write_fn(f)
+        f.flush()
+        os.fsync(f.fileno())
+        if not named:
+            _name_unnamed(f.fileno(), tmp)
+        f.close()
         os.replace(tmp, path)
     except BaseException:
+        with contextlib.suppress(OSError):
+            f.close()
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     _fsync_directory(directory)
+
+
+def _open_unnamed(directory):
+    """An unnamed file in ``directory`` open for writing, or None where the platform or the
+    filesystem has none (not Linux, NFS, ...)."""
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        return os.open(directory, flag | os.O_WRONLY, 0o666)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
+            return None
+        raise
+
+
+def _name_unnamed(fd, path):
+    """Give the unnamed file ``fd`` the name ``path``: linkat(AT_SYMLINK_FOLLOW) through
+    /proc/self/fd (a plain link(2) would link the /proc entry itself and fail with EXDEV)."""
+    proc = os.open("/proc/self/fd", os.O_RDONLY)
+    try:
+        os.link(str(fd), path, src_dir_fd=proc, follow_symlinks=True)
+    finally:
+        os.close(proc)
+
+
+def _remove_dead_writers_temporaries(directory, prefix):
+    """Named temporaries of this file that writers on this host left when they were killed."""
+    for name in os.listdir(directory):
+        if not name.startswith(prefix):
+            continue
+        pid = name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
 
 
 def _write_member(zf, name, arr):

@@ -606,10 +606,47 @@ class TestAtomicWrite:
         Checkpoint(w=plain(1.0)).save(str(tmp_path / "ck"))
         d = tmp_path.name
         assert [e[0] for e in events] == ["fsync", "replace", "fsync"] * 2
-        assert events[0][1].startswith(".ck-1.tmp-")
+        unnamed = "#"  # /proc names an O_TMPFILE file "#<inode> (deleted)"
+        assert events[0][1].startswith((".ck-1.tmp-", unnamed))
         assert events[1:3] == [("replace", "ck-1"), ("fsync", d)]
-        assert events[3][1].startswith(".checkpoint.tmp-")
+        assert events[3][1].startswith((".checkpoint.tmp-", unnamed))
         assert events[4:] == [("replace", "checkpoint"), ("fsync", d)]
+
+    @pytest.mark.parametrize("unnamed", [True, False], ids=["O_TMPFILE", "named-temporary"])
+    def test_a_writer_killed_midway_leaves_nothing_behind(self, tmp_path, unnamed):
+        """SIGKILL in the middle of a write (a time limit's KILL, scancel): with unnamed files
+        nothing is left; with named temporaries (filesystems without O_TMPFILE) the next write
+        there removes the dead writer's."""
+        import subprocess
+        import sys
+        import time
+
+        target = tmp_path / "ck"
+        code = (
+            "import sys, time\n"
+            "from mpidist.training import checkpoint_format as f\n"
+            + ("" if unnamed else "f._open_unnamed = lambda directory: None\n")
+            + f"f._atomic_write({str(target)!r}, lambda out: (out.write(b'x' * 4096), "
+            "out.flush(), print('writing', flush=True), time.sleep(60)))\n")
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "writing"
+            time.sleep(0.2)
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+        left = sorted(p.name for p in tmp_path.iterdir())
+        if unnamed:
+            assert left == []
+            return
+        assert len(left) == 1 and left[0].startswith(".ck.tmp-"), left
+        file_format._open_unnamed, real = (lambda directory: None), file_format._open_unnamed
+        try:
+            file_format._atomic_write(str(target), lambda out: out.write(b"done"))
+        finally:
+            file_format._open_unnamed = real
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+        assert target.read_bytes() == b"done"
 
     def test_file_mode_follows_umask(self, tmp_path):
         old = os.umask(0o022)
