@@ -38,6 +38,7 @@ import collections
 import json
 import os
 import shutil
+import socket
 import struct
 import sys
 import tempfile
@@ -490,7 +491,9 @@ def write_dataset(elements: Iterable[Any], element_spec: Any, path: str | os.Pat
     _check_path(path)  # before reading any element: a bad path changes nothing
     parent, base = os.path.split(path)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{base}.saving-", dir=parent)
+    prefix = f".{base}.saving-{socket.gethostname()}-"
+    _remove_dead_savers(parent, prefix)
+    tmp = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
     writers: dict[int, _ShardWriter] = {}
     open_files: collections.OrderedDict[int, Any] = collections.OrderedDict()
     try:
@@ -530,6 +533,14 @@ def write_dataset(elements: Iterable[Any], element_spec: Any, path: str | os.Pat
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return read_metadata(path)
+
+
+def _remove_dead_savers(parent: str, prefix: str) -> None:
+    """The temporary directories of saves on this host whose process was killed."""
+    for name in os.listdir(parent) if os.path.isdir(parent) else ():
+        pid = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 def _commit(tmp: str, path: str) -> None:
