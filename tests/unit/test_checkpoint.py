@@ -617,9 +617,7 @@ class TestAtomicWrite:
         """SIGKILL in the middle of a write (a time limit's KILL, scancel): with unnamed files
         nothing is left; with named temporaries (filesystems without O_TMPFILE) the next write
         there removes the dead writer's."""
-        import subprocess
-        import sys
-        import time
+        from killed_midway import kill_when_it_says
 
         target = tmp_path / "ck"
         code = (
@@ -628,13 +626,7 @@ class TestAtomicWrite:
             + ("" if unnamed else "f._open_unnamed = lambda directory: None\n")
             + f"f._atomic_write({str(target)!r}, lambda out: (out.write(b'x' * 4096), "
             "out.flush(), print('writing', flush=True), time.sleep(60)))\n")
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-        try:
-            assert proc.stdout.readline().strip() == "writing"
-            time.sleep(0.2)
-        finally:
-            proc.kill()
-            proc.wait(timeout=30)
+        kill_when_it_says(code, "writing")
         left = sorted(p.name for p in tmp_path.iterdir())
         if unnamed:
             assert left == []

@@ -133,22 +133,14 @@ def test_saving_a_file_reader_writes_its_blocks_with_the_same_rows_as_element_by
 
 
 def test_a_save_killed_midway_is_cleared_by_the_next_save_there(tmp_path):
-    import subprocess
-    import sys
-    import time
+    from killed_midway import kill_when_it_says
 
     code = ("import time\nimport numpy as np\nfrom mpidist.data import Dataset, TensorSpec\n"
             "def rows():\n    yield np.int64(1)\n    print('saving', flush=True)\n"
             "    time.sleep(60)\n    yield np.int64(2)\n"
             "Dataset.from_generator(rows, output_signature=TensorSpec((), np.int64))"
             f".save({str(tmp_path / 'd')!r})\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "saving"
-        time.sleep(0.1)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
+    kill_when_it_says(code, "saving")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".d.saving-")]
     Dataset.range(2).save(str(tmp_path / "d"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
