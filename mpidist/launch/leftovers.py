@@ -137,7 +137,7 @@ def clear_unused(names, grace_seconds=GRACE_SECONDS, now=None):
 
 
 def clear_when_unused(names):
-    """``clear_unused(names)`` now; the segments still mapped are left to a detached cleaner
+    """``clear_unused(names)`` now; the segments still there are left to a detached cleaner
     that clears them once their processes have gone. Returns what was cleared now."""
     cleared = clear_unused(names)
     left = [n for n in names if (SHM / n).exists()]
@@ -145,24 +145,26 @@ def clear_when_unused(names):
         import subprocess  # noqa: PLC0415 - only after a program died with its segments mapped
         import sys  # noqa: PLC0415
 
-        subprocess.Popen([sys.executable, "-m", "mpidist.launch.leftovers", *left],
+        # This file run as a script, without site-packages: the cleaner imports nothing but
+        # the standard library (not numpy, not mpidist), so many of them cost next to nothing.
+        subprocess.Popen([sys.executable, "-S", os.path.abspath(__file__), *left],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
     return cleared
 
 
-def _clear_later(names):
-    from mpidist.core.waiting import wait_until  # noqa: PLC0415 - the detached cleaner only
-
-    def done():
+def _clear_later(names, linger=LINGER_SECONDS, poll=0.5):
+    """The detached cleaner: ``clear_unused(names)`` every ``poll`` s until they are gone or
+    ``linger`` s have passed (then the next guard on the node clears what is left)."""
+    deadline = time.monotonic() + linger
+    while True:
         clear_unused(names)
-        return not any((SHM / n).exists() for n in names)
-
-    wait_until(done, "a dead MPI job's shared memory to be unmapped", "its ranks' processes",
-               timeout=LINGER_SECONDS, poll=0.2, on_expiry=lambda wait, now: None)
+        if not any((SHM / n).exists() for n in names) or time.monotonic() > deadline:
+            return
+        time.sleep(poll)  # wait-ok: a detached cleaner with its own hard deadline (linger)
 
 
 if __name__ == "__main__":
     import sys
 
-    _clear_later(sys.argv[1:])
+    _clear_later([n for n in sys.argv[1:] if _ours(n) and "/" not in n])
