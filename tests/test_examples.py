@@ -286,8 +286,6 @@ def test_custom_training_autograd_reports_and_checkpoints_every_epoch(tmp_path):
 def test_digits_from_files_under_multi_worker_mirrored(tmp_path, fmt):
     from mpi_launch import launch
 
-    if fmt == "parquet":
-        pytest.importorskip("pyarrow", reason="the parquet extra is not installed")
     script = str(ROOT / "examples" / "digits_from_files.py")
     data = str(tmp_path / "shards")
     code, out = launch(1, [script, "--write-only", "--data-dir", data, "--format", fmt], 120)
