@@ -21,13 +21,14 @@ function, not a block of statements.
 
 import functools
 import numbers
+import os
 import sys
 import warnings
 import weakref
 
 import numpy as np
 
-from mpidist.backend import array_module
+from mpidist.backend import array_module, cupy_backend
 from mpidist.backend.traced import namespace_of, traced_kind
 from mpidist.core.messages import named_instance, short_repr
 from mpidist.core.signatures import accepts
@@ -114,6 +115,11 @@ def value_and_grad(fn, variables, *args, backend=None, has_aux=False, jit=False,
     else:
         structured = tuple(params) if isinstance(variables, tuple) else params
 
+    if name == "jax":
+        # A CuPy batch (what GPU prefetch delivers) goes to JAX through DLPack like the
+        # parameters: neither jax.jit nor jax.numpy accepts a cupy.ndarray.
+        args, kwargs = _jax_leaves(args), _jax_leaves(kwargs)
+
     def loss_of(p):
         return _loss_and_aux(fn(p, *args, **kwargs), has_aux)
 
@@ -186,7 +192,7 @@ def _backend_for(backend, params):
 
 def _require(backend):
     try:
-        __import__(backend)
+        _jax() if backend == "jax" else __import__(backend)
     except ImportError as err:
         raise ImportError(
             f"value_and_grad(backend={backend!r}) needs the {backend} package, which is not "
@@ -316,12 +322,38 @@ def _autograd_tap():
 
 
 # -- JAX ----------------------------------------------------------------------------------------
+# Settings of JAX's GPU memory that a user may have chosen; with none set, JAX would reserve
+# 75% of each GPU it initialises, leaving CuPy (the variables, the batches) the rest.
+_JAX_MEMORY_VARIABLES = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+                         "XLA_PYTHON_CLIENT_ALLOCATOR")
+
+
+def _jax():
+    """The jax module, with JAX's GPU memory allocated on demand unless the user set one of
+    ``_JAX_MEMORY_VARIABLES`` (read when JAX first creates its GPU backend, so this works as
+    long as the program has not run a JAX computation on the GPU yet)."""
+    if not any(name in os.environ for name in _JAX_MEMORY_VARIABLES):
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    import jax  # noqa: PLC0415 - an optional extra
+
+    return jax
+
+
+def _jax_leaves(tree):
+    """``tree`` (the loss function's extra arguments) with every CuPy array as a JAX array
+    on the same GPU, through DLPack (no copy); other leaves as they are."""
+    if "cupy" not in sys.modules:  # no CuPy array can exist
+        return tree
+    jax = _jax()
+    return jax.tree_util.tree_map(
+        lambda x: jax.dlpack.from_dlpack(x) if cupy_backend.is_cupy_array(x) else x, tree)
+
+
 def _with_jax(loss_of, structured, single, params, compiled=None, args=(), check=False):
     """JAX's value and gradient; with ``compiled`` (``_compiled``'s function), that compiled
     function of ``(params, *args)`` instead of tracing ``loss_of`` again. ``unused`` as in
     ``_with_autograd``."""
-    import jax  # noqa: PLC0415 - an optional extra
-
+    jax = _jax()
     on_gpu = array_module(params[0]) is not np
     if any(np.dtype(p.dtype) == np.float64 for p in params) \
             and not jax.config.read("jax_enable_x64"):
@@ -356,7 +388,7 @@ def _with_jax(loss_of, structured, single, params, compiled=None, args=(), check
 def _unused_inputs(scalar, inputs, candidates):
     """Those of ``candidates`` (positions of ``inputs``' leaves) that ``scalar``'s jaxpr does
     not use to compute its output."""
-    import jax  # noqa: PLC0415 - an optional extra
+    jax = _jax()
 
     jaxpr = jax.make_jaxpr(scalar)(inputs).jaxpr
     used = _used_inputs(jaxpr, [True] * len(jaxpr.outvars))
@@ -403,7 +435,7 @@ def _compiled(fn, has_aux):
     key = (fn, has_aux)
     compiled = _COMPILED.get(key)
     if compiled is None:
-        import jax  # noqa: PLC0415 - an optional extra
+        jax = _jax()
 
         def scalar(p, *args):
             loss, aux = _loss_and_aux(fn(p, *args), has_aux)
@@ -441,13 +473,13 @@ def model_loss_and_gradients(model, x, y, backend=None):
     returns the per-example losses, or ``(per_example_losses, predictions)``."""
     variables = list(model.trainable_variables)
 
-    def total(params):
+    def total(params, x, y):  # x, y as arguments: value_and_grad hands them to the backend
         per_example, predictions = _split_loss_output(model.loss(params, x, y), y)
         xp = namespace_of(per_example) or array_module(per_example)
         return xp.sum(per_example), (per_example, predictions)
 
-    (_, (per_example, predictions)), grads = value_and_grad(total, variables, has_aux=True,
-                                                            backend=backend)
+    (_, (per_example, predictions)), grads = value_and_grad(total, variables, x, y,
+                                                            has_aux=True, backend=backend)
     return (per_example, grads) if predictions is None else (per_example, grads, predictions)
 
 
@@ -459,10 +491,8 @@ def model_per_example_loss(model, x, y, backend=None):
     params = [v.current_array() for v in model.trainable_variables]
     name = _backend_for(backend, params)
     on_gpu = array_module(params[0]) is not np
-    if name == "jax" and on_gpu:
-        import jax  # noqa: PLC0415 - an optional extra
-
-        params = [jax.dlpack.from_dlpack(p) for p in params]
+    if name == "jax":
+        params, x, y = _jax_leaves((params, x, y))
     per_example, predictions = _split_loss_output(model.loss(params, x, y), y)
     back = _from_jax_gpu if on_gpu and name == "jax" else np.asarray
     return back(per_example), None if predictions is None else back(predictions)
