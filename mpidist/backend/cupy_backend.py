@@ -2,7 +2,7 @@
 
 import sys
 
-__all__ = ["available", "get_cupy", "is_cupy_array", "gpu_count"]
+__all__ = ["available", "get_cupy", "is_cupy_array", "gpu_count", "reset"]
 
 _state = {"checked": False, "module": None, "error": None}
 
@@ -18,6 +18,12 @@ def get_cupy():
         except Exception as exc:  # noqa: BLE001 - ImportError, or CUDA libraries that fail to load
             _state["error"] = exc
     return _state["module"]
+
+
+def reset():
+    """Forget the cached import, so that the next ``get_cupy`` imports ``cupy`` again (tests
+    that put a stand-in in ``sys.modules`` call this before and after)."""
+    _state.update(checked=False, module=None, error=None)
 
 
 def is_cupy_array(x):
