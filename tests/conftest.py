@@ -3,13 +3,86 @@
 Plain ``pytest`` runs the unit tests and, through tests/test_mpi_launch.py, every file in
 tests/mpi/ under ``mpiexec -n N``. The files in tests/mpi/ are collected only by those
 launches (they run with ``--with-mpi``).
+
+GPU tests carry the ``gpu`` marker by mechanism, so ``pytest -m gpu`` selects them all: every
+test in tests/gpu/, and every test that reaches the GPU gate (``need_gpus``) through its own
+body, a helper of its module or a fixture of its module (found by reading the module's source).
+A test that reaches the gate some other way is caught when it runs: the gate fails a test
+without the marker (tests/gpu_gate.py), on machines without a GPU too.
 """
 
+import ast
+import functools
 import json
 import os
 from pathlib import Path
 
-MPI_DIR = Path(__file__).parent / "mpi"
+import pytest
+
+import gpu_gate
+
+TESTS = Path(__file__).parent
+MPI_DIR = TESTS / "mpi"
+GPU_DIR = TESTS / "gpu"
+GATE = "need_gpus"
+
+
+@functools.cache
+def gate_reachers(path):
+    """Names of the functions in the module at ``path`` that reach the GPU gate: those calling
+    ``need_gpus`` (or a name it was imported as), and, to a fixed point, those calling or taking
+    as a fixture argument a function that does."""
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    reaching = {GATE}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            reaching |= {a.asname for a in node.names if a.name == GATE and a.asname}
+    uses = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names = {n.func.id for n in ast.walk(node)
+                     if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+            names |= {a.arg for a in node.args.args}  # fixtures are requested by name
+            uses.setdefault(node.name, set()).update(names)
+    grew = True
+    while grew:
+        grew = False
+        for name, names in uses.items():
+            if name not in reaching and names & reaching:
+                reaching.add(name)
+                grew = True
+    return frozenset(reaching)
+
+
+def needs_gpu(item):
+    """Whether ``item`` is a GPU test: in tests/gpu/, or reaching the gate (``gate_reachers``)."""
+    path = Path(str(item.path))
+    if path.is_relative_to(GPU_DIR):
+        return True
+    function = getattr(item, "function", None)
+    if function is None:
+        return False
+    reaching = gate_reachers(str(path))
+    return function.__name__ in reaching or bool(set(item.fixturenames) & reaching)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("gpu") is None and needs_gpu(item):
+            item.add_marker(pytest.mark.gpu)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """The gate sees the test it runs in (setup, call and teardown), to check its marker."""
+    gpu_gate.CURRENT_TEST[0] = item
+    try:
+        yield
+    finally:
+        gpu_gate.CURRENT_TEST[0] = None
 
 
 def pytest_ignore_collect(collection_path, config):
