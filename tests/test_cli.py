@@ -25,6 +25,7 @@ from mpi_launch import LOOPBACK_ENV, launch
 from mpidist import cli
 from mpidist.cli import bench as cli_bench
 from mpidist.cli import info as cli_info
+from mpidist.cli.gpu_components import COMPONENTS
 from mpidist.backend import cupy_backend
 
 TIMEOUT = 60
@@ -117,6 +118,8 @@ def check_info_report(report, nprocs):
     assert lib["mpi"]["standard"].count(".") == 1
     assert lib["gpu_aware_mpi"]["enabled"] is False
     assert "nccl" in lib and lib["nccl_status"]
+    assert [c["name"] for c in lib["gpu_components"]] == list(COMPONENTS)
+    assert all(c["fix"] for c in lib["gpu_components"] if c["status"] != "ok")
     if lib["cupy"] is None:
         assert lib["nccl"] is None
     problems = report["problems"]

@@ -17,6 +17,7 @@ from typing import Any
 
 from mpidist.backend import cupy_backend
 from mpidist.backend.threads import threads_per_rank
+from mpidist.cli.gpu_components import gpu_components
 from mpidist.comm.mpi import check_launch, mpi_module
 from mpidist.config import get_config
 from mpidist.launcher_env import launcher_variables
@@ -99,6 +100,7 @@ def library_facts(mpi: Any) -> dict[str, Any]:
             "thread_level": _thread_name(mpi, provided),
             "thread_level_requested": str(getattr(mpi4py.rc, "thread_level", "")).upper(),
         },
+        "gpu_components": gpu_components(),
         "gpu_aware_mpi": {
             "enabled": bool(config.gpu_aware_mpi),
             "source": "MPIDIST_GPU_AWARE_MPI"
@@ -372,6 +374,7 @@ def render_report(report: dict[str, Any]) -> str:
         f"numba {lib['numba'] or 'not installed'}, cupy {lib['cupy'] or 'not installed'}",
         f"NCCL            {lib['nccl'] or 'not available'}"
         + ("" if lib["nccl"] and lib["nccl"] != "unknown" else f" ({lib['nccl_status']})"),
+        *_component_lines(lib.get("gpu_components") or []),
         f"Collectives     checks {'on' if lib['config']['check_collectives'] else 'off'}, "
         "shared-memory all-reduce from "
         + (_bytes(shm) if (shm := lib["config"]["shm_min_bytes"]) is not None else "never"),
@@ -409,6 +412,19 @@ def render_report(report: dict[str, Any]) -> str:
                          f"{p['message']}")
             lines.append(f"    fix: {p['fix']}")
     return "\n".join(lines)
+
+
+def _component_lines(components: list[dict[str, Any]]) -> list[str]:
+    """One line per GPU component: status, version, detail, and the fix of what is missing."""
+    lines = []
+    for i, c in enumerate(components):
+        label = "GPU stack" if i == 0 else ""
+        text = f"{c['name']} {c['version']}" if c["version"] else c["name"]
+        text += f": {c['status']}" + (f" ({c['detail']})" if c["detail"] else "")
+        if c["fix"]:
+            text += f"; fix: {c['fix']}"
+        lines.append(f"{label:<15} {text}")
+    return lines
 
 
 def _bytes(n: int) -> str:

@@ -192,7 +192,7 @@ def _backend_for(backend, params):
 
 def _require(backend):
     try:
-        _jax() if backend == "jax" else __import__(backend)
+        jax_module() if backend == "jax" else __import__(backend)
     except ImportError as err:
         raise ImportError(
             f"value_and_grad(backend={backend!r}) needs the {backend} package, which is not "
@@ -328,7 +328,7 @@ _JAX_MEMORY_VARIABLES = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM
                          "XLA_PYTHON_CLIENT_ALLOCATOR")
 
 
-def _jax():
+def jax_module():
     """The jax module, with JAX's GPU memory allocated on demand unless the user set one of
     ``_JAX_MEMORY_VARIABLES`` (read when JAX first creates its GPU backend, so this works as
     long as the program has not run a JAX computation on the GPU yet)."""
@@ -344,7 +344,7 @@ def _jax_leaves(tree):
     on the same GPU, through DLPack (no copy); other leaves as they are."""
     if "cupy" not in sys.modules:  # no CuPy array can exist
         return tree
-    jax = _jax()
+    jax = jax_module()
     return jax.tree_util.tree_map(
         lambda x: jax.dlpack.from_dlpack(x) if cupy_backend.is_cupy_array(x) else x, tree)
 
@@ -353,7 +353,7 @@ def _with_jax(loss_of, structured, single, params, compiled=None, args=(), check
     """JAX's value and gradient; with ``compiled`` (``_compiled``'s function), that compiled
     function of ``(params, *args)`` instead of tracing ``loss_of`` again. ``unused`` as in
     ``_with_autograd``."""
-    jax = _jax()
+    jax = jax_module()
     on_gpu = array_module(params[0]) is not np
     if any(np.dtype(p.dtype) == np.float64 for p in params) \
             and not jax.config.read("jax_enable_x64"):
@@ -388,7 +388,7 @@ def _with_jax(loss_of, structured, single, params, compiled=None, args=(), check
 def _unused_inputs(scalar, inputs, candidates):
     """Those of ``candidates`` (positions of ``inputs``' leaves) that ``scalar``'s jaxpr does
     not use to compute its output."""
-    jax = _jax()
+    jax = jax_module()
 
     jaxpr = jax.make_jaxpr(scalar)(inputs).jaxpr
     used = _used_inputs(jaxpr, [True] * len(jaxpr.outvars))
@@ -435,7 +435,7 @@ def _compiled(fn, has_aux):
     key = (fn, has_aux)
     compiled = _COMPILED.get(key)
     if compiled is None:
-        jax = _jax()
+        jax = jax_module()
 
         def scalar(p, *args):
             loss, aux = _loss_and_aux(fn(p, *args), has_aux)

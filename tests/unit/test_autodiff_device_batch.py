@@ -118,12 +118,12 @@ def test_fit_style_helpers_convert_the_batch(cupy_stand_in):
 def test_jax_is_told_not_to_preallocate_the_gpu_unless_the_user_chose(monkeypatch):
     for name in autodiff._JAX_MEMORY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    autodiff._jax()
+    autodiff.jax_module()
     assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE")
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", ".5")
-    autodiff._jax()
+    autodiff.jax_module()
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in os.environ
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
-    autodiff._jax()
+    autodiff.jax_module()
     assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
