@@ -97,3 +97,17 @@ def test_numba_cuda_reports_nvvm_or_the_extra():
         assert numba_cuda["status"] == "missing" and "cuda1" in numba_cuda["fix"]
     else:  # the test extra installs numba-cuda[cu13]: its NVVM loads without a GPU
         assert numba_cuda["status"] == "ok" and numba_cuda["detail"].startswith("NVVM ")
+
+
+@pytest.mark.parametrize("major", [12, 13])
+def test_each_cuda_extra_brings_the_whole_stack_for_its_cuda_major(major):
+    """What `mpidist info` would otherwise report missing on a pip-only GPU node."""
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    requirements = project["project"]["optional-dependencies"][f"cuda{major}"]
+    names = {r.split(">")[0].split("=")[0].strip() for r in requirements}
+    assert names == {f"cupy-cuda{major}x", f"numba-cuda[cu{major}]", f"nvidia-nccl-cu{major}",
+                     f"jax[cuda{major}]"}, requirements
+    assert gc.cuda_extra(major) == f"pip install 'mpidist[cuda{major}]'"
