@@ -21,13 +21,16 @@ What it models (and checks, raising at once on a violation):
 - Cross-device copies: ``x.copy()`` under another device reads ``x``'s block on the
   destination's current stream (CuPy's peer copy); each is logged in ``copies``.
 
-Install with the ``stand_in`` fixture (two devices), or ``install(monkeypatch, num_devices)``
+Install with the ``stand_in`` fixture (two devices; import it into the test module, or wrap it
+in a fixture of your own), ``with installed(num_devices) as cupy:``, or
+``install(monkeypatch, num_devices)`` followed by ``cupy_backend.reset()`` at teardown
 (returns the module object, also in ``sys.modules["cupy"]``; monkeypatch takes it out). The module object carries the
 recorder as ``cupy.recording`` (``.log``, ``.copies``, ``.launch(...)``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import threading
@@ -38,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-__all__ = ["install", "stand_in", "RaceError", "WrongDeviceError", "Recording"]
+__all__ = ["install", "installed", "stand_in", "reduce_n", "RaceError", "WrongDeviceError", "Recording"]
 
 
 class RaceError(AssertionError):
@@ -265,6 +268,17 @@ class ndarray:  # noqa: N801 - CuPy's name
     def __len__(self):
         return len(self._a)
 
+    @property
+    def __cuda_array_interface__(self):
+        # Present as on CuPy arrays (code tells device arrays apart by it); Numba cannot use
+        # it without a GPU, so kernels on these arrays must be replaced in the test (reduce_n).
+        return {"shape": self.shape, "typestr": self.dtype.str, "version": 3, "strides": None
+                if self._a.flags.c_contiguous else self.strides, "data": (self.data.ptr, False)}
+
+    @property
+    def T(self):
+        return self._view(self._a.T)
+
     def __repr__(self):
         return f"recording_cupy.ndarray(dev={self._block.device}, {self._a!r})"
 
@@ -469,7 +483,9 @@ class Recording:
                             f"{prev_seq}) on {prev_stream}")
                 block.accesses.append((seq, stream, kind, note))
             stream.last = seq
-            self.log.append(Op(seq, note or "op", stream, tuple(reads), tuple(writes), note))
+            # blocks, not arrays: the log must not keep arrays (and so their blocks) alive
+            self.log.append(Op(seq, note or "op", stream, tuple(a._block for a in reads),
+                               tuple(a._block for a in writes), note))
             return seq
 
     def _implicit_sync(self, stream):
@@ -512,6 +528,21 @@ class Recording:
         self.copies.append(Copy(x._block.device, dst, stream, seq, tuple(stream.waited)))
         out._a[...] = x._a
         return out
+
+
+def reduce_n(buffers, out=None, divisor=None, xp=None):
+    """A stand-in for ``mpidist.kernels.reduce_n`` on stand-in arrays (patch it in where the
+    code under test calls the kernel): one kernel on the current device and stream, reading
+    every buffer and writing the sum (WrongDeviceError if a buffer is elsewhere)."""
+    rec = buffers[0]._recording
+    total = np.sum([b._a for b in buffers], axis=0, dtype=buffers[0].dtype)
+    if divisor is not None:
+        total = (total / divisor).astype(buffers[0].dtype)
+    if out is None:
+        return rec.kernel("reduce_n", reads=tuple(buffers), out_like=total)
+    rec.launch("reduce_n", reads=tuple(buffers), writes=(out,))
+    out._a[...] = total
+    return out
 
 
 # -- the module ----------------------------------------------------------------------------------
@@ -573,6 +604,11 @@ def _make_module(rec):
         out._a[...] = values.astype(out.dtype, casting="unsafe")
         return out
 
+    def copyto(dst, src, casting="same_kind"):
+        reads = (src,) if isinstance(src, ndarray) else ()
+        rec.launch("copyto", reads=reads, writes=(dst,))
+        np.copyto(dst._a, _host(src), casting=casting)
+
     def true_divide(a, b, out=None):
         reads = tuple(x for x in (a, b) if isinstance(x, ndarray))
         values = np.true_divide(_host(a), _host(b))
@@ -589,7 +625,7 @@ def _make_module(rec):
         return a.get(stream=stream) if isinstance(a, ndarray) else np.asarray(a)
 
     for fn in (asarray, array, empty, zeros, empty_like, ascontiguousarray, concatenate,
-               true_divide, get_array_module, asnumpy):
+               copyto, true_divide, get_array_module, asnumpy):
         setattr(cupy, fn.__name__, fn)
     for name in ("float16", "float32", "float64", "int32", "int64", "uint8", "bool_"):
         setattr(cupy, name, getattr(np, name))
@@ -627,6 +663,20 @@ def install(monkeypatch, num_devices=2):
     monkeypatch.setitem(sys.modules, "cupy.cuda", module.cuda)
     cupy_backend.reset()
     return module
+
+
+@contextlib.contextmanager
+def installed(num_devices=2):
+    """``install`` for the length of a ``with`` block (e.g. inside a Hypothesis test, where a
+    function-scoped fixture would be shared between examples); yields the module."""
+    from mpidist.backend import cupy_backend
+
+    mp = pytest.MonkeyPatch()
+    try:
+        yield install(mp, num_devices=num_devices)
+    finally:
+        mp.undo()
+        cupy_backend.reset()
 
 
 @pytest.fixture

@@ -13,7 +13,15 @@ from mpidist.backend import cupy_backend
 from mpidist.core.devices import DeviceSpec, parse_device
 
 __all__ = ["array_module", "as_array", "copy_to_device", "device_of", "device_context", "is_array",
-           "num_gpus", "require_cupy"]
+           "num_gpus", "require_cupy", "empty_like_on_device", "on_device_of"]
+
+# CuPy allocates and launches on the *current* device, whatever device the operands live on, and
+# orders work only within one stream. So every GPU allocation "like x" goes through
+# ``empty_like_on_device``, every launch on an existing array through ``on_device_of``, and every
+# copy between GPUs through ``copy_to_device`` (which orders the two devices' streams). Host
+# arrays take a NumPy fast path with no context and no event.
+
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 def num_gpus():
@@ -37,6 +45,23 @@ def device_of(x):
     if cupy_backend.is_cupy_array(x):
         return DeviceSpec("GPU", int(x.device.id))
     return None
+
+
+def on_device_of(x):
+    """A context making ``x``'s GPU the current device (reusable no-op for host arrays): wrap
+    every CuPy launch or allocation that touches ``x``."""
+    if cupy_backend.is_cupy_array(x):
+        return x.device
+    return _NO_CONTEXT
+
+
+def empty_like_on_device(x, shape=None, dtype=None):
+    """An uninitialised C-ordered array of ``x``'s kind (and, by default, shape and dtype), on
+    ``x``'s device: host memory for NumPy, ``x``'s GPU for CuPy (not the current one)."""
+    if cupy_backend.is_cupy_array(x):
+        with x.device:
+            return cupy_backend.get_cupy().empty_like(x, dtype=dtype, shape=shape, order="C")
+    return np.empty_like(x, dtype=dtype, shape=shape, order="C")
 
 
 def require_cupy(device: DeviceSpec) -> ModuleType:
@@ -79,10 +104,32 @@ def copy_to_device(x, device=None):
     device = parse_device(device) if device is not None else None
     if device is not None and device.is_gpu:
         cupy = require_cupy(device)
+        if cupy_backend.is_cupy_array(x) and int(x.device.id) != device.device_index:
+            return _peer_copy(cupy, x, device.device_index)
         with cupy.cuda.Device(device.device_index):
             if cupy_backend.is_cupy_array(x):
-                return x.copy()  # CuPy copies onto the current device, peer to peer
+                return x.copy()  # same device: in stream order on its current stream
             return cupy.array(x, copy=True)
     if cupy_backend.is_cupy_array(x):
         return x.get()
     return np.array(x, copy=True)
+
+
+def _peer_copy(cupy, x, index):
+    """``x`` copied onto GPU ``index`` from its own GPU, ordered with both devices' current
+    streams. CuPy's peer copy runs on the destination's stream, which knows nothing of the
+    source's: without the first event it may read ``x`` before the kernel producing it ran;
+    without the second, the source's stream may overwrite ``x`` (a pooled buffer), or its pool
+    hand ``x``'s memory out again once it is dropped, while the copy still reads it."""
+    with x.device:
+        source = cupy.cuda.get_current_stream()
+        x = cupy.ascontiguousarray(x)  # a strided source is made contiguous on its own device
+        produced = source.record()
+    with cupy.cuda.Device(index):
+        target = cupy.cuda.get_current_stream()
+        target.wait_event(produced)
+        out = x.copy()
+        copied = target.record()
+    with x.device:
+        source.wait_event(copied)
+    return out

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mpidist.backend import array_module, device_context
+from mpidist.backend import array_module, device_context, on_device_of
 from mpidist.comm.nccl import local_group
 from mpidist.comm.options import CommunicationOptions
 from mpidist.core.devices import DeviceSpec
@@ -143,7 +143,7 @@ class AllReduceCrossDeviceOps(CrossDeviceOps):
                 if self._num_packs:
                     sends = [flat[start:stop] for flat in inputs]
                 else:
-                    sends = [array_module(t[p]).ascontiguousarray(t[p]).reshape(-1) for t in inputs]
+                    sends = [_flat_on_device(t[p]) for t in inputs]
                 self._all_reduce_pack(p, sends, [out[start:stop] for out in outs], devices)
         return outs, layout
 
@@ -167,6 +167,12 @@ def _pack_ranges(layout: FusionLayout, num_packs: int) -> list[tuple[int, int]]:
         ranges.append((start, start + size))
         start += size
     return ranges
+
+
+def _flat_on_device(x: Array) -> Array:
+    """``x`` as a 1-D contiguous array, any copy made on ``x``'s own GPU."""
+    with on_device_of(x):
+        return array_module(x).ascontiguousarray(x).reshape(-1)
 
 
 def _mean(out: Array, n: int, device: DeviceSpec) -> Array:

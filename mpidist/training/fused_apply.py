@@ -15,7 +15,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from mpidist.backend import array_module, device_context
+from mpidist.backend import array_module, device_context, on_device_of
 from mpidist.core.devices import parse_device
 from mpidist.values.arena import Arena, can_share_storage
 from mpidist.values.containers import DistributedValues
@@ -102,8 +102,9 @@ class FusedPlan:
             # axis=None flattens each input in C order inside NumPy: no view per gradient.
             np.concatenate(grads, axis=None, out=flat, casting="unsafe")
         else:
-            array_module(flat).concatenate([g.reshape(-1) for g in grads], out=flat,
-                                           casting="unsafe")
+            with on_device_of(flat):  # the kernel runs on the buffer's GPU, not the current one
+                array_module(flat).concatenate([g.reshape(-1) for g in grads], out=flat,
+                                               casting="unsafe")
         return True
 
     def update(self, index, fused_update, lr, step):

@@ -8,7 +8,7 @@ the same way. Variables keep behaving exactly as before: every write is in place
 
 from collections.abc import Sequence
 
-from mpidist.backend import array_module
+from mpidist.backend import empty_like_on_device, on_device_of
 from mpidist.kernels.layout import FusionLayout
 from mpidist.kernels.optimizers import FUSED_DTYPES
 from mpidist.types import Array
@@ -45,11 +45,13 @@ class Arena:
     def __init__(self, variables: Sequence[Variable]) -> None:
         first = variables[0].storage
         self.layout = FusionLayout([v.shape for v in variables])
-        # Allocated like the first variable: same array kind and device.
-        self.flat = array_module(first).empty_like(first, shape=(self.layout.total,), order="C")
-        for v, view in zip(variables, self.layout.views(self.flat)):
-            v.adopt_storage(view)
+        # Allocated like the first variable: same array kind, on its device (a GPU arena
+        # allocated under another current device would land there); the copies in too.
+        self.flat = empty_like_on_device(first, shape=(self.layout.total,))
+        with on_device_of(first):
+            for v, view in zip(variables, self.layout.views(self.flat)):
+                v.adopt_storage(view)
 
     def empty_like(self) -> Array:
         """A new flat buffer of the arena's length, dtype and device (e.g. for gradients)."""
-        return array_module(self.flat).empty_like(self.flat)
+        return empty_like_on_device(self.flat)
