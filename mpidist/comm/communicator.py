@@ -14,9 +14,10 @@ raise UnavailableError, and at exit the rank aborts the job so that no peer wait
 from __future__ import annotations
 
 import atexit
+import contextlib
 import pickle
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -25,6 +26,8 @@ import numpy.typing as npt
 from mpidist.comm.arrival import private_duplicate
 from mpidist.comm.collective_call import CollectiveCall, dtype_name
 from mpidist.comm.collective_guard import CollectiveGuard
+from mpidist.comm.cuda_aware import cuda_aware_mpi, describe
+from mpidist.comm.device_buffers import on_device_of, synchronize_stream_of, through_host
 from mpidist.comm.gather import all_gather_bytes, all_gather_varying
 from mpidist.comm.mpi import abort_job, check_launch, install_abort_on_exception, mpi_module
 from mpidist.comm.peer_watch import watch_peers
@@ -49,6 +52,7 @@ Buffer: TypeAlias = Any
 """A C-contiguous array in host memory (``numpy.ndarray``) or on a GPU (CuPy)."""
 
 _REDUCE_OPS = ("sum", "max", "min", "prod")
+_HOST = contextlib.nullcontext()  # the device context of a host buffer: none
 _world: Communicator | None = None
 _world_lock = threading.Lock()
 
@@ -111,7 +115,7 @@ class Communicator:
             if topology.uniform and self.local_size > 1 else None
         self.shm_min_bytes = _shm_threshold(config, self.num_nodes)
         self.allreduce_algorithm = "auto"
-        self._gpu_aware = config.gpu_aware_mpi
+        self._gpu_aware: bool | None = None  # found out at the first device buffer
         set_rank(self.rank, self.size)
         log.info("communicator ready: rank %d of %d on %s (node %d of %d, local rank %d of %d); "
                  "shared-memory all-reduce %s; collective checks %s", self.rank, self.size,
@@ -145,8 +149,19 @@ class Communicator:
         ``send`` (same shape and dtype), reduce ``send`` into ``buf`` and leave ``send`` as is."""
         if op not in _REDUCE_OPS:
             raise ValueError(f"all_reduce op must be one of {_REDUCE_OPS}, got {op!r}.")
-        if is_device_array(buf) and not self._gpu_aware:
-            return _via_host(buf, lambda host: self.all_reduce(host, op, timeout), send)
+        if is_device_array(buf):
+            if not self._device_buffers_to_mpi():
+                return through_host(buf, lambda host: self.all_reduce(host, op, timeout), send)
+            call = CollectiveCall("all_reduce", op=op, dtype=dtype_name(buf.dtype),
+                                  shape=buf.shape, memory="device")
+            with self.guard.collective(call, timeout) as wait, on_device_of(buf):
+                if self.size == 1:
+                    if send is not None:
+                        buf[...] = send
+                else:
+                    _synchronize_stream(buf)
+                    self._reduce_data(buf, op, wait, send)
+            return buf
         call = CollectiveCall("all_reduce", op=op, dtype=dtype_name(buf.dtype), shape=buf.shape)
         with self.guard.collective(call, timeout) as wait:
             if self.size == 1:
@@ -169,24 +184,29 @@ class Communicator:
             lo, hi = bounds[0]
             self.all_reduce(buf[lo:hi], op, timeout)
             return buf
-        if is_device_array(buf) and not self._gpu_aware:
-            return _via_host(buf, lambda host: self.all_reduce_packs(host, bounds, op, timeout))
+        device = is_device_array(buf)
+        if device and not self._device_buffers_to_mpi():
+            return through_host(buf, lambda host: self.all_reduce_packs(host, bounds, op, timeout))
         # The pack sizes are agreed too: every rank's data collectives then match one by one.
         call = CollectiveCall("all_reduce", op=op, dtype=dtype_name(buf.dtype), shape=buf.shape,
-                              packs=tuple(hi - lo for lo, hi in bounds))
+                              packs=tuple(hi - lo for lo, hi in bounds),
+                              **({"memory": "device"} if device else {}))
         with self.guard.collective(call, timeout) as wait:
             if self.size > 1:
-                _synchronize_stream(buf)
-                for lo, hi in bounds:
-                    self._reduce_data(buf[lo:hi], op, wait, None)
+                with on_device_of(buf) if device else _HOST:
+                    _synchronize_stream(buf)
+                    for lo, hi in bounds:
+                        self._reduce_data(buf[lo:hi], op, wait, None)
         return buf
 
     def broadcast(self, buf: Buffer, root: int = 0, timeout: float | None = None) -> Buffer:
         """Copy ``buf`` of rank ``root`` into ``buf`` of every rank, in place."""
-        if is_device_array(buf) and not self._gpu_aware:
-            return _via_host(buf, lambda host: self.broadcast(host, root, timeout))
-        call = CollectiveCall("broadcast", root=root, dtype=dtype_name(buf.dtype), shape=buf.shape)
-        with self.guard.collective(call, timeout) as wait:
+        device = is_device_array(buf)
+        if device and not self._device_buffers_to_mpi():
+            return through_host(buf, lambda host: self.broadcast(host, root, timeout))
+        call = CollectiveCall("broadcast", root=root, dtype=dtype_name(buf.dtype), shape=buf.shape,
+                              **({"memory": "device"} if device else {}))
+        with self.guard.collective(call, timeout) as wait, on_device_of(buf) if device else _HOST:
             if self.size > 1:
                 _synchronize_stream(buf)
                 wait.blocking(lambda: self._comm.Bcast(buf, root=root),  # wait-ok: watchdog
@@ -225,6 +245,21 @@ class Communicator:
         with self.guard.collective(CollectiveCall("barrier"), timeout) as wait:
             if self.size > 1:
                 wait(self._comm.Ibarrier(), "barrier")
+
+    # -- device buffers ------------------------------------------------------------------
+    def _device_buffers_to_mpi(self) -> bool:
+        """Whether device buffers go to MPI as they are: one rank (MPI never reads them), or a
+        CUDA-aware MPI library (``comm.cuda_aware``) with the ranks agreeing on each call
+        first, so that MPI gets the blocking call (no MPI promises non-blocking collectives on
+        device memory), bounded by the watchdog. Else they travel through host memory."""
+        if self.size == 1:
+            return True
+        aware = self._gpu_aware
+        if aware is None:
+            answer = cuda_aware_mpi()
+            aware = self._gpu_aware = answer[0] is True
+            log.info("communicator: %s", describe(answer))
+        return aware and self.guard.check_collectives
 
     # -- data paths ----------------------------------------------------------------------
     def _reduce_data(self, buf: Buffer, op: str, wait: Waiter, send: Buffer | None) -> None:
@@ -285,16 +320,6 @@ class Communicator:
             comm.Free()
 
 
-def _via_host(buf: Buffer, collective: Callable[[npt.NDArray[Any]], object],
-              send: Buffer | None = None) -> Buffer:
-    """Without GPU-aware MPI a device buffer travels through a host copy (``get`` waits for
-    the stream), and the result is copied back."""
-    host = (buf if send is None else send).get()
-    collective(host)
-    buf.set(host)
-    return buf
-
-
 def _shm_threshold(config: Config, num_nodes: int) -> int | None:
     """The size from which SUM all-reduces take the shared-memory path on this topology: the
     measured crossover against the MPI library's Allreduce (docs/multi_worker.md), never below
@@ -307,8 +332,7 @@ def _shm_threshold(config: Config, num_nodes: int) -> int | None:
 
 
 def _synchronize_stream(buf: Buffer) -> None:
-    """GPU-aware MPI reads device memory directly: finish the work that writes it first."""
+    """GPU-aware MPI reads device memory directly: finish the work that writes it first, on
+    the buffer's own GPU (the thread's current device may be another)."""
     if is_device_array(buf):
-        import cupy  # noqa: PLC0415 - only with GPU arrays
-
-        cupy.cuda.get_current_stream().synchronize()
+        synchronize_stream_of(buf)

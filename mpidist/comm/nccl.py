@@ -20,11 +20,60 @@ from mpidist.core.waiting import Wait, wait_until
 if TYPE_CHECKING:
     from mpidist.comm.communicator import Communicator
 
-__all__ = ["nccl_module", "nccl_unavailable_reason", "LocalNcclGroup", "local_group", "RankNcclGroup"]
+__all__ = ["nccl_module", "nccl_unavailable_reason", "nccl_dtype", "nccl_can_reduce", "nccl_version",
+           "LocalNcclGroup", "local_group", "RankNcclGroup"]
 
+# The one dtype table of both groups. NCCL sums these natively; complex travels as its float
+# components (a view: twice the count, componentwise sums, exact). Anything else (bool, 16-bit
+# integers, ...) has no NCCL type: ``nccl_dtype`` refuses it by name.
 _NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
                "int32": "NCCL_INT32", "int64": "NCCL_INT64", "uint8": "NCCL_UINT8",
                "int8": "NCCL_INT8", "uint32": "NCCL_UINT32", "uint64": "NCCL_UINT64"}
+_AS_COMPONENTS = {"complex64": "float32", "complex128": "float64"}
+
+
+def nccl_dtype(dtype: Any) -> tuple[str, int]:
+    """``(name of the NCCL type constant, elements per array element)`` for summing arrays
+    of ``dtype`` with NCCL: ``("NCCL_FLOAT32", 2)`` for complex64 (its float components).
+
+    Raises:
+        TypeError: for a dtype NCCL cannot sum, naming it and what to do instead.
+    """
+    name = np.dtype(dtype).name
+    components = _AS_COMPONENTS.get(name)
+    if components is not None:
+        return _NCCL_TYPES[components], 2
+    nccl_type = _NCCL_TYPES.get(name)
+    if nccl_type is None:
+        raise TypeError(
+            f"NCCL cannot all-reduce arrays of dtype {name}: it sums only "
+            f"{', '.join(sorted(set(_NCCL_TYPES) | set(_AS_COMPONENTS)))}. Cast the values "
+            "first (e.g. x.astype(np.int32) to count booleans or to sum 16-bit integers), or "
+            "reduce them over MPI (CommunicationImplementation.RING, or "
+            "mpidist.HierarchicalCopyAllReduce() between local GPUs).")
+    return nccl_type, 1
+
+
+def nccl_can_reduce(dtype: Any) -> bool:
+    """Whether NCCL can sum arrays of ``dtype`` (see ``nccl_dtype``)."""
+    name = np.dtype(dtype).name
+    return name in _NCCL_TYPES or name in _AS_COMPONENTS
+
+
+def nccl_version() -> str | None:
+    """NCCL's version as ``"2.21.5"``, or None when NCCL cannot be loaded."""
+    nccl = nccl_module()
+    if nccl is None:
+        return None
+    try:
+        code = int(nccl.get_version())
+    except Exception:  # noqa: BLE001 - an old binding without get_version
+        return "unknown"
+    # NCCL >= 2.9 encodes major*10000 + minor*100 + patch; older ones major*1000 + minor*100.
+    major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
 DeviceArray: TypeAlias = Any
 """A ``cupy.ndarray`` (CuPy is imported only when GPUs are used, so not named here)."""
 
@@ -81,10 +130,8 @@ class LocalNcclGroup:
         """``recvs[j] = sum(sends)`` on every GPU j; arrays are contiguous, one per GPU."""
         cupy = cupy_backend.get_cupy()
         nccl = self._nccl
-        dtype = np.dtype(sends[0].dtype).name
-        if dtype not in _NCCL_TYPES:
-            raise TypeError(f"NCCL cannot all-reduce dtype {dtype}.")
-        code = getattr(nccl, _NCCL_TYPES[dtype])
+        type_name, per_element = nccl_dtype(sends[0].dtype)  # before any stream is touched
+        code = getattr(nccl, type_name)
         callers = []
         for d, stream in zip(self.device_indices, self._streams):
             with cupy.cuda.Device(d):
@@ -96,7 +143,8 @@ class LocalNcclGroup:
             for comm, d, stream, send, recv in zip(self._comms, self.device_indices, self._streams,
                                                    sends, recvs):
                 with cupy.cuda.Device(d):
-                    comm.allReduce(send.data.ptr, recv.data.ptr, send.size, code, nccl.NCCL_SUM,
+                    comm.allReduce(send.data.ptr, recv.data.ptr, send.size * per_element, code,
+                                   nccl.NCCL_SUM,
                                    stream.ptr)
         finally:
             nccl.groupEnd()
@@ -151,10 +199,12 @@ class RankNcclGroup:
         from mpidist.errors import DeadlineExceededError  # noqa: PLC0415
 
         nccl = self._nccl
-        dtype = getattr(nccl, _NCCL_TYPES[str(buf.dtype)])
+        type_name, per_element = nccl_dtype(buf.dtype)
+        code = getattr(nccl, type_name)
         with self._cupy.cuda.Device(self.device_index):
             stream = self._cupy.cuda.get_current_stream()
-            self._comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, dtype, nccl.NCCL_SUM, stream.ptr)
+            self._comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size * per_element, code,
+                                 nccl.NCCL_SUM, stream.ptr)
             if timeout is None:
                 return buf
             def expire(wait: Wait, now: float) -> None:

@@ -15,7 +15,8 @@ import numpy as np
 
 from mpidist.backend import as_array
 from mpidist.comm.communicator import Communicator
-from mpidist.comm.nccl import RankNcclGroup
+from mpidist.comm.device_buffers import on_device_of
+from mpidist.comm.nccl import RankNcclGroup, nccl_can_reduce
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
 from mpidist.kernels.layout import FusionLayout, group_by_size
 from mpidist.ops.cross_device_ops import Pairs, as_per_replica, check_reducible, normalize_pairs
@@ -231,6 +232,16 @@ class CollectiveAllReduce(ReductionToOneDevice):
     def _across_workers(self, reduced: Array, reduce_op: ReduceOp,
                         options: CommunicationOptions | None,
                         layout: FusionLayout | None = None) -> Array:
+        if type(reduced) is np.ndarray:
+            return self._across_workers_here(reduced, reduce_op, options, layout)
+        # A device buffer: its collectives, stream waits and MEAN run on its own GPU, whatever
+        # the calling thread's current device.
+        with on_device_of(reduced):
+            return self._across_workers_here(reduced, reduce_op, options, layout)
+
+    def _across_workers_here(self, reduced: Array, reduce_op: ReduceOp,
+                             options: CommunicationOptions | None,
+                             layout: FusionLayout | None) -> Array:
         opts = self._merged(options)
         flat = reduced.reshape(-1)
         if layout is None or len(layout) == 1:
@@ -245,8 +256,10 @@ class CollectiveAllReduce(ReductionToOneDevice):
         return self._mean(reduced, reduce_op)
 
     def _all_reduce(self, buf: Array, opts: CommunicationOptions) -> None:
+        # A dtype NCCL has no type for (16-bit integers) goes over MPI: the same choice on
+        # every rank, since every rank reduces the same dtype here.
         if self._nccl is not None and opts.implementation is not CommunicationImplementation.RING \
-                and not isinstance(buf, np.ndarray):
+                and not isinstance(buf, np.ndarray) and nccl_can_reduce(buf.dtype):
             self._nccl.all_reduce_sum(buf, timeout=opts.timeout_seconds)
             return
         self._comm.all_reduce(buf, "sum", timeout=opts.timeout_seconds)

@@ -24,6 +24,7 @@ from mpidist.comm.communicator import Communicator, world_communicator
 from mpidist.comm.config_agreement import agree
 from mpidist.config import get_config
 from mpidist.comm.nccl import RankNcclGroup, nccl_module
+from mpidist.comm.nccl_choice import choose_nccl, gpu_identity, rank_facts
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
 from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.core.user_calls import user_call
@@ -122,12 +123,17 @@ class _MultiWorkerExtended(MirroredExtended):
         devices = _local_devices(resolver, comm, task_type, task_id)
         cpu = sum(d.is_cpu for d in devices)  # a rank's CPU replicas share its cores too
         threads = cap_cpu_threads(comm.local_size, get_config().cpu_threads, cpu_replicas=cpu)
-        use_nccl = _uses_nccl(comm, devices, options)
-        # One gather serves the agreement and the replica counts (which may differ by rank:
-        # what each node has, not a setting).
-        everyone = agree("MultiWorkerMirroredStrategy()",
-                         _facts_to_agree(resolver, options, use_nccl), comm,
-                         fix=_AGREEMENT_FIX, local={"replicas": len(devices)})
+        # One gather serves the agreement, the replica counts and the NCCL decision (what each
+        # node has, not settings: they may differ by rank, and every rank decides from all).
+        everyone = agree("MultiWorkerMirroredStrategy()", _facts_to_agree(resolver, options),
+                         comm, fix=_AGREEMENT_FIX,
+                         local={"replicas": len(devices), **_nccl_facts(comm, devices, options)})
+        use_nccl, why = choose_nccl("MultiWorkerMirroredStrategy()", options.implementation,
+                                    everyone)
+        if not use_nccl and options.implementation is not CommunicationImplementation.RING \
+                and all(facts["gpu replicas"] for facts in everyone) and comm.size > 1:
+            log.info("MultiWorkerMirroredStrategy: GPU values cross ranks through MPI, not "
+                     "NCCL: %s.", why)
         counts = [facts["replicas"] for facts in everyone]
         self._comm = comm
         self._num_workers = comm.size
@@ -265,16 +271,18 @@ class _MultiWorkerExtended(MirroredExtended):
                                     timeout=self._communication_options.timeout_seconds)
 
 
-def _uses_nccl(comm: Communicator, devices: Sequence[DeviceSpec],
-               options: CommunicationOptions) -> bool:
-    """Whether values cross ranks through NCCL: GPU replicas and NCCL (asked for, or AUTO with
-    NCCL loadable); CPU replicas always use MPI, as TF falls back to RING. Every rank must
-    decide alike (the ranks agree on it), or their collectives would never match."""
-    implementation = options.implementation
-    if comm.size == 1 or not all(d.is_gpu for d in devices) or \
-            implementation is CommunicationImplementation.RING:
-        return False
-    return implementation is not CommunicationImplementation.AUTO or nccl_module() is not None
+def _nccl_facts(comm: Communicator, devices: Sequence[DeviceSpec],
+                options: CommunicationOptions) -> dict[str, Any]:
+    """This rank's part of the NCCL decision (``comm.nccl_choice``): GPU replicas, whether NCCL
+    loads, and the GPU an NCCL communicator would drive (the first replica's). Nothing is
+    probed where NCCL cannot be chosen."""
+    all_gpu = all(d.is_gpu for d in devices)
+    if comm.size == 1 or not all_gpu or \
+            options.implementation is CommunicationImplementation.RING:
+        return rank_facts(all_gpu, False, None)
+    loads = nccl_module() is not None
+    identity = gpu_identity(devices[0].device_index, comm.hosts[comm.rank]) if loads else None
+    return rank_facts(all_gpu, loads, identity)
 
 
 _AGREEMENT_FIX = (
@@ -283,12 +291,12 @@ _AGREEMENT_FIX = (
     "CommunicationImplementation.RING): read them from one place, not per rank.")
 
 
-def _facts_to_agree(resolver: ClusterResolver, options: CommunicationOptions,
-                    use_nccl: bool) -> dict[str, Any]:
+def _facts_to_agree(resolver: ClusterResolver, options: CommunicationOptions
+                    ) -> dict[str, Any]:
     """What every worker must share: the cluster, the resolver's settings and the
-    communication options (their collectives must match), and the NCCL decision."""
+    communication options (their collectives must match). The NCCL decision is not a setting
+    to compare: every rank makes it from the same gathered facts (``choose_nccl``)."""
     facts = configuration_facts(resolver)
     facts["communication_options"] = (options.implementation.name, options.bytes_per_pack,
                                        options.timeout_seconds)
-    facts["NCCL across ranks"] = use_nccl
     return facts
