@@ -359,6 +359,23 @@ class ndarray:  # noqa: N801 - CuPy's name
     __radd__ = __add__
     __rmul__ = __mul__
 
+    def _inplace(self, other, fn, name):
+        rec = self._recording
+        reads = (self, other) if isinstance(other, ndarray) else (self,)
+        rec.launch(name, reads=reads, writes=(self,))
+        fn(self._a, other._a if isinstance(other, ndarray) else other, out=self._a)
+        return self
+
+    def __iadd__(self, o):
+        return self._inplace(o, np.add, "iadd")
+
+    def __imul__(self, o):
+        return self._inplace(o, np.multiply, "imul")
+
+    def fill(self, value):
+        self._recording.launch("fill", writes=(self,))
+        self._a[...] = value
+
 
 # -- the recorder --------------------------------------------------------------------------------
 
@@ -585,6 +602,11 @@ def _make_module(rec):
         out._a[...] = 0
         return out
 
+    def full(shape, fill_value, dtype=None, order="C"):
+        out = empty(shape, np.result_type(fill_value) if dtype is None else dtype)
+        out.fill(fill_value)
+        return out
+
     def empty_like(a, dtype=None, order="K", subok=None, shape=None):
         shape = a.shape if shape is None else shape
         return empty(shape, a.dtype if dtype is None else dtype)
@@ -624,7 +646,7 @@ def _make_module(rec):
     def asnumpy(a, stream=None):
         return a.get(stream=stream) if isinstance(a, ndarray) else np.asarray(a)
 
-    for fn in (asarray, array, empty, zeros, empty_like, ascontiguousarray, concatenate,
+    for fn in (asarray, array, empty, zeros, full, empty_like, ascontiguousarray, concatenate,
                copyto, true_divide, get_array_module, asnumpy):
         setattr(cupy, fn.__name__, fn)
     for name in ("float16", "float32", "float64", "int32", "int64", "uint8", "bool_"):

@@ -74,3 +74,44 @@ def test_gpu_ops_reduce_and_batch(make_ops):
         for i, c in enumerate(s.experimental_local_results(m)):
             assert int(c.device.id) == i
             np.testing.assert_array_equal(cupy.asnumpy(c), total / n)
+
+
+def test_copy_between_gpus_reads_the_finished_value_of_a_busy_stream():
+    """Real CuPy, 2+ GPUs: a value produced by a long chain of kernels on a non-blocking stream
+    of GPU 1, copied to GPU 0 at once, arrives complete (the copy waits on the producer's
+    event), and overwriting the source right after the copy does not change what arrived."""
+    _need_gpus(2)
+    import cupy
+
+    from mpidist.backend import copy_to_device
+    from mpidist.core.devices import DeviceSpec
+
+    n = 1 << 22
+    with cupy.cuda.Device(1):
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            x = cupy.zeros(n, cupy.float32)
+            for _ in range(200):  # long enough that an unordered copy would overtake it
+                x += 1.0
+            y = copy_to_device(x, DeviceSpec("GPU", 0))
+            x.fill(-1.0)  # the source's next use, ordered after the copy
+    assert int(y.device.id) == 0
+    np.testing.assert_array_equal(cupy.asnumpy(y), np.full(n, 200.0, np.float32))
+
+
+def test_hierarchical_copy_all_reduce_over_every_gpu_pair_rotation():
+    """Real CuPy, 2+ GPUs: HierarchicalCopyAllReduce sums across all GPUs for every rotation of
+    the main devices, each result on its own GPU."""
+    _need_gpus(2)
+    import cupy
+
+    n = mpidist.backend.num_gpus()
+    s = mpidist.MirroredStrategy([f"/gpu:{i}" for i in range(n)],
+                                 cross_device_ops=mpidist.HierarchicalCopyAllReduce(num_packs=n))
+    ctx = mpidist.get_replica_context
+    per_replica = s.run(lambda: cupy.full((1000, 3), float(ctx().replica_id_in_sync_group) + 1,
+                                          dtype=cupy.float32))
+    total = s.extended.reduce_to(mpidist.ReduceOp.SUM, per_replica, per_replica)
+    for i, v in enumerate(s.experimental_local_results(total)):
+        assert int(v.device.id) == i
+        np.testing.assert_array_equal(cupy.asnumpy(v), np.full((1000, 3), n * (n + 1) / 2))

@@ -72,3 +72,26 @@ def test_training_sum_on_gpus_matches_numpy():
     for batch in s.experimental_distribute_dataset(Dataset.from_tensor_slices(x).batch(8)):
         total += np.asarray(s.reduce("SUM", s.run(lambda b: b.sum(axis=0), args=(batch,)), axis=None))
     np.testing.assert_allclose(total, x.sum(axis=0), rtol=1e-12)
+
+
+def test_uploaded_batches_are_not_overwritten_while_the_consumer_reads_them():
+    """Real CuPy, 1+ GPU: the consumer queues a long read of each batch on the default stream
+    and drops it at once; the next upload, which gets the same pool memory, must not overwrite
+    it before that read ran (the batches come from the consumer stream's pool, and the side
+    stream waits on it). Each step's result must be its own batch's sum."""
+    _need_gpus(1)
+    import cupy
+
+    from mpidist.backend.transfer import Uploader
+
+    uploader, results, n = Uploader(), [], 1 << 20
+    with cupy.cuda.Device(0):
+        for step in range(20):
+            (batch,) = uploader.upload([np.full(n, step, np.float32)], "/gpu:0")
+            acc = cupy.zeros(n, cupy.float32)
+            for _ in range(50):  # a slow read of the batch, queued, not waited for
+                acc += batch
+            results.append(acc[:8])
+            del batch, acc
+        got = [float(cupy.asnumpy(r)[0]) for r in results]
+    assert got == [50.0 * step for step in range(20)]

@@ -58,3 +58,32 @@ def test_mirrored_variable_components_live_on_their_gpus():
     n = num_gpus()
     for c in components:
         np.testing.assert_allclose(c.numpy(), np.full(3, 1.0 + (n - 1) / 2, np.float32))
+
+
+def test_arenas_and_fused_plan_live_on_each_replicas_gpu():
+    """Real CuPy, 2+ GPUs: each replica's arenas (parameters, slots, gradients) are allocated on
+    the GPU of the variables they adopt, whatever device is current, and packing a replica's
+    gradients runs there (tests/unit/test_gpu_placement.py checks the same logic without one)."""
+    _need_gpus(2)
+    import cupy
+
+    from mpidist.training.fused_apply import FusedPlan
+
+    n = num_gpus()
+    strategy = mpidist.MirroredStrategy([f"/gpu:{i}" for i in range(n)])
+    with strategy.scope():
+        w = mpidist.Variable(np.arange(5, dtype=np.float32))
+        m = mpidist.Variable(np.zeros(5, np.float32))
+    with cupy.cuda.Device(0):
+        plan = FusedPlan.build([w], [{"m": m}], ["m"])
+        assert plan is not None
+        for i in range(n):
+            assert int(plan.params[i].device.id) == i
+            assert int(plan.grads[i].device.id) == i
+            assert [int(s.device.id) for s in plan.slots[i]] == [i]
+            with cupy.cuda.Device(i):
+                grad = cupy.full(5, float(i), cupy.float32)
+            assert plan.pack(i, [grad], exact_dtype=True)
+            np.testing.assert_array_equal(cupy.asnumpy(plan.grads[i]), np.full(5, float(i)))
+    for c in strategy.experimental_local_results(w):
+        np.testing.assert_array_equal(c.numpy(), np.arange(5, dtype=np.float32))
