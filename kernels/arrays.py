@@ -52,12 +52,15 @@ def flat_host(x):
 
 
 def flat_device(x, what="array"):
-    """``x`` as a 1-D contiguous device array that a Numba CUDA kernel accepts."""
+    """``x`` as a 1-D contiguous device array that a Numba CUDA kernel accepts. For CuPy
+    arrays call it inside ``kernels.cuda.on_device_of(x)`` (a copy lands on the current GPU)."""
     cupy = _cupy_of(x)
     if cupy is not None:
         from numba import cuda  # noqa: PLC0415
 
-        return cuda.as_cuda_array(cupy.ascontiguousarray(x).reshape(-1))
+        # sync=False: Numba would otherwise synchronize the host with the array's stream, once
+        # per tensor; the kernel runs on that same stream (kernels.cuda.on_device_of), in order.
+        return cuda.as_cuda_array(cupy.ascontiguousarray(x).reshape(-1), sync=False)
     if not is_c_contiguous(x):
         raise ValueError(
             f"The {what} is a non-contiguous Numba device array (strides {x.strides}); "

@@ -1,21 +1,32 @@
 """CUDA twins of the fused kernels (Numba ``cuda.jit``), same contracts as ``kernels.cpu``.
 
-Each kernel is a grid-stride loop over 1-D arrays, launched on the caller's stream. float16 is
-native here (no bit views); its sums accumulate in float64 and round once, as on the CPU, so
-both twins give the same bits. Under ``NUMBA_ENABLE_CUDASIM=1`` the same source runs in
-Numba's simulator, which is how CI checks these kernels without a GPU.
+Each kernel is a grid-stride loop over 1-D arrays, launched in the array's device context on
+that device's current CuPy stream (``on_device_of``). The kernels give the CPU twins' bits:
+float sums and quotients go through ``cuda_arith.ops_for`` (round-to-nearest intrinsics, so
+nothing can be fused into an FMA; tests/unit/test_kernels_compiled.py checks the PTX and SASS),
+float16 sums accumulate in float64 and round once, as on the CPU, and every conversion is the
+one NumPy's ``astype`` makes (float16 to integer truncates, through float32). Kernels are built
+per dtype on first use. Under ``NUMBA_ENABLE_CUDASIM=1`` the same source runs in Numba's
+simulator, which is how CI checks their logic without a GPU.
 """
 
+import contextlib
+import functools
 import sys
 
 import numpy as np
-from numba import cuda
+from numba import cuda, types
+from numba.np.numpy_support import from_dtype
+
+from mpidist.kernels.cuda_arith import ops_for
 
 __all__ = ["reduce_into", "reduce_half_into", "pack_chunk", "unpack_chunk", "cast_into",
-           "launch_config", "stream_of"]
+           "launch_config", "launch", "on_device_of", "compile_targets"]
 
 THREADS = 256
 MAX_BLOCKS = 1024
+CHUNK = 8  # tensors per pack/unpack launch; equals kernels.cpu.CHUNK and fusion._CHUNK
+_HALF = np.dtype(np.float16)
 
 
 def launch_config(n):
@@ -23,97 +34,162 @@ def launch_config(n):
     return max(1, min(MAX_BLOCKS, (n + THREADS - 1) // THREADS)), THREADS
 
 
-@cuda.jit
-def _reduce_sum(out, bufs):
-    i = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    while i < out.size:
-        acc = bufs[0][i]
-        for k in range(1, len(bufs)):
-            acc += bufs[k][i]
-        out[i] = acc
-        i += stride
+def launch(kernel, config, stream, *args):
+    """Every launch of this package goes through here: ``kernel[blocks, threads, stream](*args)``."""
+    blocks, threads = config
+    kernel[blocks, threads, stream](*args)
 
 
-@cuda.jit
-def _reduce_mean(out, bufs, divisor):
-    i = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    while i < out.size:
-        acc = bufs[0][i]
-        for k in range(1, len(bufs)):
-            acc += bufs[k][i]
-        out[i] = acc / divisor
-        i += stride
-
-
-@cuda.jit
-def _reduce_half(out, bufs, divisor):
-    # divisor 1.0 for SUM: dividing by one is exact, and one kernel serves both ops.
-    i = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    while i < out.size:
-        acc = np.float64(bufs[0][i])
-        for k in range(1, len(bufs)):
-            acc += np.float64(bufs[k][i])
-        out[i] = acc / divisor
-        i += stride
-
-
-# Pack and unpack take a fixed-width tuple of tensors (padded); blockIdx.y picks the tensor,
-# the x dimension strides over its elements. The assignment casts (e.g. float32 <-> float16).
-@cuda.jit
-def _pack(flat, srcs, starts, count):
-    t = cuda.blockIdx.y
-    if t < count:
-        src = srcs[t]
-        base = starts[t]
-        i = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x
-        while i < src.size:
-            flat[base + i] = src[i]
-            i += cuda.blockDim.x * cuda.gridDim.x
-
-
-@cuda.jit
-def _unpack(flat, dsts, starts, count):
-    t = cuda.blockIdx.y
-    if t < count:
-        dst = dsts[t]
-        base = starts[t]
-        i = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x
-        while i < dst.size:
-            dst[i] = flat[base + i]
-            i += cuda.blockDim.x * cuda.gridDim.x
-
-
-@cuda.jit
-def _cast(dst, src):
-    i = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    while i < dst.size:
-        dst[i] = src[i]
-        i += stride
-
-
-def stream_of(array):
-    """The caller's stream for ``array``: CuPy's current stream for CuPy arrays, else 0."""
+@contextlib.contextmanager
+def on_device_of(array):
+    """Make ``array``'s GPU current, for Numba and for CuPy, while the block runs; yields the
+    stream to launch on: that device's current CuPy stream for CuPy arrays, else Numba's
+    default stream (0). Launches on another device's context would fail or, worse, run there."""
     cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(array, cupy.ndarray):
-        return cuda.external_stream(cupy.cuda.get_current_stream().ptr)
-    return 0
+        device_id = int(array.device.id)
+        with cupy.cuda.Device(device_id), cuda.gpus[device_id]:
+            yield cuda.external_stream(cupy.cuda.get_current_stream().ptr)
+        return
+    device_id = _numba_device_id(array)
+    if device_id is None:
+        yield 0
+        return
+    with cuda.gpus[device_id]:
+        yield 0
 
+
+def _numba_device_id(array):
+    """The GPU of a Numba device array (from its memory's context), or None where it has none
+    (the simulator's arrays)."""
+    context = getattr(getattr(array, "gpu_data", None), "context", None)
+    device = getattr(context, "device", None)
+    device_id = getattr(device, "id", None)
+    return int(device_id) if device_id is not None else None
+
+
+# -- kernels, built per dtype ---------------------------------------------------------------------
+
+@functools.cache
+def _reduce_kernels(dtype):
+    """(sum, mean) over a tuple of equally long 1-D buffers of ``dtype`` (not float16)."""
+    add, _, div, _ = ops_for(dtype)
+
+    @cuda.jit
+    def reduce_sum(out, bufs):
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < out.size:
+            acc = bufs[0][i]
+            for k in range(1, len(bufs)):
+                acc = add(acc, bufs[k][i])
+            out[i] = acc
+            i += stride
+
+    @cuda.jit
+    def reduce_mean(out, bufs, divisor):
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < out.size:
+            acc = bufs[0][i]
+            for k in range(1, len(bufs)):
+                acc = add(acc, bufs[k][i])
+            out[i] = div(acc, divisor)
+            i += stride
+
+    return reduce_sum, reduce_mean
+
+
+@functools.cache
+def _reduce_half_kernel():
+    add, _, div, _ = ops_for(np.float64)
+
+    @cuda.jit
+    def reduce_half(out, bufs, divisor):
+        # float16 -> float64 is exact, the float64 sum of a few halves too; the one rounding
+        # is the store (cvt.rn.f16.f64), as the CPU twin's. Divisor 1.0 for SUM (exact).
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < out.size:
+            acc = np.float64(bufs[0][i])
+            for k in range(1, len(bufs)):
+                acc = add(acc, np.float64(bufs[k][i]))
+            out[i] = div(acc, divisor)
+            i += stride
+
+    return reduce_half
+
+
+def _through_float32(dst_dtype, src_dtype):
+    """Whether elements convert through float32: float16 -> integer would compile to cvt.rni
+    (round to nearest) where NumPy truncates; float16 -> float32 is exact and float32 ->
+    integer truncates (cvt.rzi). Every other pair converts as NumPy's ``astype`` directly."""
+    return np.dtype(src_dtype) == _HALF and np.dtype(dst_dtype).kind in "iu"
+
+
+@functools.cache
+def _copy_kernels(dst_dtype, src_dtype):
+    """(pack, unpack, cast) storing ``src_dtype`` elements into ``dst_dtype`` arrays."""
+    # A compile-time constant: Numba prunes the branch not taken (no helper device function,
+    # which would need a GPU to compile; see cuda_arith.ops_for).
+    through_float32 = _through_float32(dst_dtype, src_dtype)
+
+    # Pack and unpack take a fixed-width tuple of tensors (padded); blockIdx.y picks the tensor,
+    # the x dimension strides over its elements.
+    @cuda.jit
+    def pack(flat, srcs, starts, count):
+        t = cuda.blockIdx.y
+        if t < count:
+            src = srcs[t]
+            base = starts[t]
+            i = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x
+            while i < src.size:
+                if through_float32:
+                    flat[base + i] = np.float32(src[i])
+                else:
+                    flat[base + i] = src[i]
+                i += cuda.blockDim.x * cuda.gridDim.x
+
+    @cuda.jit
+    def unpack(flat, dsts, starts, count):
+        t = cuda.blockIdx.y
+        if t < count:
+            dst = dsts[t]
+            base = starts[t]
+            i = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x
+            while i < dst.size:
+                if through_float32:
+                    dst[i] = np.float32(flat[base + i])
+                else:
+                    dst[i] = flat[base + i]
+                i += cuda.blockDim.x * cuda.gridDim.x
+
+    @cuda.jit
+    def cast(dst, src):
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        while i < dst.size:
+            if through_float32:
+                dst[i] = np.float32(src[i])
+            else:
+                dst[i] = src[i]
+            i += stride
+
+    return pack, unpack, cast
+
+
+# -- launches --------------------------------------------------------------------------------------
 
 def reduce_into(out, bufs, divisor, stream=0):
-    blocks, threads = launch_config(out.size)
+    reduce_sum, reduce_mean = _reduce_kernels(np.dtype(out.dtype))
     if divisor:
-        _reduce_mean[blocks, threads, stream](out, bufs, out.dtype.type(divisor))
+        launch(reduce_mean, launch_config(out.size), stream, out, bufs, out.dtype.type(divisor))
     else:
-        _reduce_sum[blocks, threads, stream](out, bufs)
+        launch(reduce_sum, launch_config(out.size), stream, out, bufs)
 
 
 def reduce_half_into(out, bufs, divisor, stream=0):
-    blocks, threads = launch_config(out.size)
-    _reduce_half[blocks, threads, stream](out, bufs, float(divisor or 1))
+    launch(_reduce_half_kernel(), launch_config(out.size), stream, out, bufs, float(divisor or 1))
 
 
 def _chunk_grid(sizes):
@@ -122,15 +198,57 @@ def _chunk_grid(sizes):
 
 
 def pack_chunk(flat, srcs, starts, count, sizes, stream=0):
-    grid, threads = _chunk_grid(sizes)
-    _pack[grid, threads, stream](flat, srcs, starts, count)
+    pack = _copy_kernels(np.dtype(flat.dtype), np.dtype(srcs[0].dtype))[0]
+    launch(pack, _chunk_grid(sizes), stream, flat, srcs, starts, count)
 
 
 def unpack_chunk(flat, dsts, starts, count, sizes, stream=0):
-    grid, threads = _chunk_grid(sizes)
-    _unpack[grid, threads, stream](flat, dsts, starts, count)
+    unpack = _copy_kernels(np.dtype(dsts[0].dtype), np.dtype(flat.dtype))[1]
+    launch(unpack, _chunk_grid(sizes), stream, flat, dsts, starts, count)
 
 
 def cast_into(dst, src, stream=0):
-    blocks, threads = launch_config(dst.size)
-    _cast[blocks, threads, stream](dst, src)
+    cast = _copy_kernels(np.dtype(dst.dtype), np.dtype(src.dtype))[2]
+    launch(cast, launch_config(dst.size), stream, dst, src)
+
+
+# -- what the compile check compiles ----------------------------------------------------------------
+
+REDUCE_DTYPES = ("float16", "float32", "float64", "int32", "int64")
+# Pack/unpack run within one dtype, or between float32/float64 and float16 (compressed
+# transfers); cast runs between any two of the kernel dtypes.
+PACK_PAIRS = tuple((d, d) for d in ("float16", "float32", "float64", "int32", "int64", "uint8")) + (
+    ("float16", "float32"), ("float16", "float64"), ("float32", "float16"), ("float64", "float16"))
+CAST_DTYPES = ("float16", "float32", "float64", "int32", "int64")
+REDUCE_WIDTH = 2  # replicas per reduce in the compiled signatures (the loop body is the same)
+
+
+def _arr(dtype):
+    return types.Array(from_dtype(np.dtype(dtype)), 1, "C")
+
+
+def compile_targets():
+    """(name, kernel, argument types) of every kernel here as it is launched, for the compile
+    check (kernels/compiled.py). All of them promise the CPU twins' bits."""
+    for name in REDUCE_DTYPES:
+        a = _arr(name)
+        bufs = types.UniTuple(a, REDUCE_WIDTH)
+        if name == "float16":
+            yield "reduce_half[float16]", _reduce_half_kernel(), (a, bufs, types.float64)
+            continue
+        reduce_sum, reduce_mean = _reduce_kernels(np.dtype(name))
+        yield f"reduce_sum[{name}]", reduce_sum, (a, bufs)
+        if name.startswith("float"):
+            yield f"reduce_mean[{name}]", reduce_mean, (a, bufs, from_dtype(np.dtype(name)))
+    starts = types.UniTuple(types.int64, CHUNK)
+    for dst, src in PACK_PAIRS:
+        pack, unpack, _ = _copy_kernels(np.dtype(dst), np.dtype(src))
+        yield f"pack[{src}->{dst}]", pack, (_arr(dst), types.UniTuple(_arr(src), CHUNK), starts,
+                                            types.int64)
+        yield f"unpack[{src}->{dst}]", unpack, (_arr(src), types.UniTuple(_arr(dst), CHUNK),
+                                                starts, types.int64)
+    for dst in CAST_DTYPES:
+        for src in CAST_DTYPES:
+            if dst != src:
+                yield f"cast[{src}->{dst}]", _copy_kernels(np.dtype(dst), np.dtype(src))[2], (
+                    _arr(dst), _arr(src))

@@ -249,7 +249,8 @@ def cast(x, dtype, out=None):
         check_out(out, x.shape, dst_dtype)
     if is_device_array(x):
         cuda = cuda_kernels()
-        cuda.cast_into(flat_device(out, "out"), flat_device(x, "input"), cuda.stream_of(x))
+        with cuda.on_device_of(x) as stream:
+            cuda.cast_into(flat_device(out, "out"), flat_device(x, "input"), stream)
     else:
         dst = out.reshape(-1)
         cpu_kernels().cast_into(dst.view(np.uint16) if dst_dtype == np.float16 else dst,
@@ -259,20 +260,20 @@ def cast(x, dtype, out=None):
 
 def _pack_device(tensors, out, layout):
     cuda = cuda_kernels()
-    stream = cuda.stream_of(tensors[0])
-    flat = flat_device(out, "out")
-    sources = [flat_device(t, f"tensor {i}") for i, t in enumerate(tensors)]
-    for srcs, starts, count in _chunks(sources, layout.starts, sources[0][:0]):
-        cuda.pack_chunk(flat, srcs, starts, count, [s.size for s in srcs[:count]], stream)
+    with cuda.on_device_of(tensors[0]) as stream:
+        flat = flat_device(out, "out")
+        sources = [flat_device(t, f"tensor {i}") for i, t in enumerate(tensors)]
+        for srcs, starts, count in _chunks(sources, layout.starts, sources[0][:0]):
+            cuda.pack_chunk(flat, srcs, starts, count, [s.size for s in srcs[:count]], stream)
 
 
 def _unpack_device(flat, out, layout):
     cuda = cuda_kernels()
-    stream = cuda.stream_of(flat)
-    source = flat_device(flat, "flat buffer")
-    targets = [flat_device(o, f"out[{i}]") for i, o in enumerate(out)]
-    for dsts, starts, count in _chunks(targets, layout.starts, targets[0][:0]):
-        cuda.unpack_chunk(source, dsts, starts, count, [d.size for d in dsts[:count]], stream)
+    with cuda.on_device_of(flat) as stream:
+        source = flat_device(flat, "flat buffer")
+        targets = [flat_device(o, f"out[{i}]") for i, o in enumerate(out)]
+        for dsts, starts, count in _chunks(targets, layout.starts, targets[0][:0]):
+            cuda.unpack_chunk(source, dsts, starts, count, [d.size for d in dsts[:count]], stream)
 
 
 class BufferPool:

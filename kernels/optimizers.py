@@ -3,11 +3,14 @@
 Each update is written element by element in exactly the order of operations of the NumPy
 per-variable code it replaces (``mpidist.training.optimizers``), in the arrays' own dtype, so
 the results are bit-identical: every product and sum is rounded to the dtype as NumPy rounds
-it (no fast-math, so no fused multiply-add contraction). Scalars arrive already cast to the
-arrays' dtype by the caller (``w.dtype.type(lr)``, as the NumPy code casts them).
+it. Scalars arrive already cast to the arrays' dtype by the caller (``w.dtype.type(lr)``, as
+the NumPy code casts them).
 
-CPU twins are Numba ``njit`` loops; CUDA twins are grid-stride ``cuda.jit`` kernels with the
-same arithmetic, chosen by where the arrays live. Importing this module compiles nothing.
+CPU twins are Numba ``njit`` loops (LLVM without fast-math never fuses a multiply-add); CUDA
+twins are grid-stride ``cuda.jit`` kernels (``optimizers_cuda``) that write every operation as
+an explicitly rounded libdevice intrinsic, since NVVM would otherwise fuse them into FMAs; the
+compile check (tests/unit/test_kernels_compiled.py) fails on any FMA in their PTX or SASS. The
+twin is chosen by where the arrays live. Importing this module compiles nothing.
 """
 
 import numpy as np
@@ -18,7 +21,6 @@ __all__ = ["sgd_update", "sgd_momentum_update", "adam_update", "FUSED_DTYPES"]
 FUSED_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 
 _cpu = None
-_cuda = None
 
 
 def _cpu_kernels():
@@ -63,23 +65,19 @@ def _cpu_kernels():
     return _cpu
 
 
-def _cuda_kernels():
-    global _cuda
-    if _cuda is None:
-        from mpidist.kernels import optimizers_cuda as k  # noqa: PLC0415 - device arrays only
-
-        _cuda = (k.sgd, k.sgd_momentum, k.adam)
-    return _cuda
-
-
 def _launch(index, w, *args):
-    """Run kernel ``index`` of the twin matching where ``w`` lives."""
+    """Run kernel ``index`` of the twin matching where ``w`` lives (on w's GPU and stream)."""
     if isinstance(w, np.ndarray):
         return _cpu_kernels()[index](w, *args)
-    from mpidist.kernels.cuda import launch_config, stream_of  # noqa: PLC0415
+    from mpidist.kernels import cuda  # noqa: PLC0415 - device arrays only
+    from mpidist.kernels.arrays import flat_device, is_device_array  # noqa: PLC0415
+    from mpidist.kernels.optimizers_cuda import kernels_for  # noqa: PLC0415
 
-    blocks, threads = launch_config(w.size)
-    return _cuda_kernels()[index][blocks, threads, stream_of(w)](w, *args)
+    kernel = kernels_for(w.dtype)[index]
+    with cuda.on_device_of(w) as stream:
+        # Numba's own conversion of a CuPy argument would synchronize its stream per array.
+        arrays = [flat_device(a) if is_device_array(a) else a for a in (w, *args)]
+        cuda.launch(kernel, cuda.launch_config(w.size), stream, *arrays)
 
 
 def _check(w, *others):

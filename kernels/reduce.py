@@ -122,13 +122,13 @@ def _overlaps(buffer, out):
 
 def _reduce_device(summed, buffers, divisor, dtype):
     cuda = cuda_kernels()
-    stream = cuda.stream_of(buffers[0])
-    flats = tuple(flat_device(b, "buffer") for b in buffers)
-    target = flat_device(summed, "out")
-    if dtype == np.float16:
-        cuda.reduce_half_into(target, flats, divisor, stream)
-    else:
-        cuda.reduce_into(target, flats, divisor, stream)
+    with cuda.on_device_of(buffers[0]) as stream:
+        flats = tuple(flat_device(b, "buffer") for b in buffers)
+        target = flat_device(summed, "out")
+        if dtype == np.float16:
+            cuda.reduce_half_into(target, flats, divisor, stream)
+        else:
+            cuda.reduce_into(target, flats, divisor, stream)
 
 
 def _array_module(x):
