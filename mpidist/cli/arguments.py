@@ -14,9 +14,11 @@ from mpidist.cli.commands import (
     cmd_bench_allreduce,
     cmd_bench_batch,
     cmd_bench_input,
+    cmd_bench_gpu,
     cmd_bench_ps,
     cmd_bench_step,
     cmd_info,
+    cmd_selftest,
 )
 from mpidist.cli.errors import CommandParser
 from mpidist.cli.timing import DEFAULTS, QUICK
@@ -106,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="mpidist", description="mpidist's command line: look at a job, "
                            "benchmark its collectives. Run alone or under mpiexec / srun.")
     parser.add_argument("--version", action="version", version=f"mpidist {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{info,bench,run}",
+    commands = parser.add_subparsers(dest="command", metavar="{info,bench,run,selftest}",
                                      parser_class=CommandParser)
     commands.required = True
     # `run` parses its own arguments (mpidist.launch.runner): listed here for --help only.
@@ -124,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     benchmarks = commands.add_parser("bench", help="all-reduce benchmarks beside raw mpi4py",
                                      description="Benchmarks of mpidist's collectives beside "
                                                  "raw mpi4py in the same job.")
-    kinds = benchmarks.add_subparsers(dest="benchmark", metavar="{allreduce,batch,step,ps,input}",
+    kinds = benchmarks.add_subparsers(dest="benchmark",
+                                      metavar="{allreduce,batch,step,ps,input,gpu}",
                                       parser_class=CommandParser)
     kinds.required = True
 
@@ -169,7 +172,63 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--json", action="store_true", help="one JSON object (rank 0)")
     ps.set_defaults(func=cmd_bench_ps)
     _add_input_parser(kinds)
+    _add_gpu_bench_parser(kinds)
+    _add_selftest_parser(commands)
     return parser
+
+
+def _add_gpu_bench_parser(kinds: Any) -> None:  # what add_subparsers returned
+    from mpidist.cli.bench_gpu import DEFAULT_SIZES, QUICK_SIZES  # noqa: PLC0415
+
+    gpu = kinds.add_parser(
+        "gpu", help="the all-reduce on one GPU (strategy.run + all_reduce) beside raw NCCL",
+        description="strategy.run + ReplicaContext.all_reduce on CuPy values on GPU 0 (default "
+                    "cross-device ops and NcclAllReduce) beside raw cupy.cuda.nccl allReduce and "
+                    "a raw device copy, in one process; medians of interleaved rounds, ratio to "
+                    "raw NCCL. Needs a GPU.")
+    gpu.add_argument("--sizes", type=_sizes, metavar="SPEC",
+                     help=f"sizes as for bench allreduce (default {DEFAULT_SIZES}, --quick "
+                          f"{QUICK_SIZES})")
+    gpu.add_argument("--rounds", type=_positive(int, "integer"), metavar="R",
+                     help="interleaved timed rounds; the median is reported (default 7)")
+    gpu.add_argument("--min-time", type=_positive(float, "number of seconds"), metavar="S",
+                     help="seconds each timed sample lasts at least (default 0.02)")
+    gpu.add_argument("--warmup", type=_non_negative_int, metavar="K",
+                     help="untimed calls of each implementation per size (default 5)")
+    gpu.add_argument("--quick", action="store_true",
+                     help="sizes 4K and 1M, 3 rounds of 5 ms samples")
+    gpu.add_argument("--json", action="store_true", help="one JSON object: job facts, rows")
+    gpu.add_argument("--stand-in", choices=["cpu"], default=None,
+                     help="rehearse on the CPU with NumPy (no GPU numbers; for tests)")
+    gpu.set_defaults(func=cmd_bench_gpu)
+
+
+def _add_selftest_parser(commands: Any) -> None:  # what add_subparsers returned
+    from mpidist.cli.selftest import BUDGET_S, DEFAULT_REPORT, STEPS  # noqa: PLC0415
+
+    names = tuple(s.name for s in STEPS)
+    selftest = commands.add_parser(
+        "selftest", help="run every GPU path once on one GPU and write a JSON report",
+        description="Every GPU path of mpidist on one GPU, each step in a process of its own "
+                    "under its own timeout, within a budget: the environment, then pass / fail "
+                    "/ skip, seconds and detail per step, printed as a table and written as "
+                    "JSON. Without a GPU: a dry run that says so. Exit status 0 all passed (or "
+                    "skipped for a missing library), 1 a step failed, 3 no GPU (dry run), "
+                    "2 usage error.")
+    selftest.add_argument("--gpu", action="store_true", required=True,
+                          help="the GPU suite (the only one)")
+    selftest.add_argument("--report", default=DEFAULT_REPORT, metavar="PATH",
+                          help=f"where the JSON report goes (default ./{DEFAULT_REPORT})")
+    selftest.add_argument("--steps", type=_choices(names, "steps"), metavar="STEPS",
+                          help=f"comma-separated subset of {','.join(names)} (default all)")
+    selftest.add_argument("--budget", type=_positive(float, "number of seconds"),
+                          default=BUDGET_S, metavar="S",
+                          help=f"seconds for the whole run; a step gets at most what is left "
+                               f"(default {BUDGET_S:g})")
+    selftest.add_argument("--stand-in", choices=["cpu"], default=None,
+                          help="rehearse the steps with NumPy on the CPU and the kernels in "
+                               "Numba's simulator (tests the steps; nothing runs on a GPU)")
+    selftest.set_defaults(func=cmd_selftest)
 
 
 def _add_step_parser(kinds: Any) -> None:  # what add_subparsers returned

@@ -16,7 +16,7 @@ from mpidist.cli.bench import Job, Row, Timer
 from mpidist.cli.errors import CommandError, CommandParser, print_error, rank_before_mpi
 
 __all__ = ["cmd_info", "cmd_bench_allreduce", "cmd_bench_batch", "cmd_bench_step", "cmd_bench_ps",
-           "cmd_bench_input"]
+           "cmd_bench_input", "cmd_bench_gpu", "cmd_selftest"]
 
 Settings = dict[str, Any]  # the timing settings (``timing.settings_from``)
 
@@ -222,3 +222,38 @@ def cmd_bench_input(args: argparse.Namespace) -> int:
     else:
         print("\n".join(bench_input.input_table(job, rows, settings)), flush=True)
     return 0
+
+
+def cmd_bench_gpu(args: argparse.Namespace) -> int:
+    """``mpidist bench gpu``: the public all-reduce on one GPU beside raw NCCL and a copy."""
+    from mpidist.cli import bench_gpu  # noqa: PLC0415
+
+    try:
+        target = bench_gpu.target_for(args.stand_in != "cpu")
+        job, rows = bench_gpu.run_gpu_allreduce(target, sizes=args.sizes, quick=args.quick,
+                                                rounds=args.rounds, min_time=args.min_time,
+                                                warmup=args.warmup)
+    except (RuntimeError, bench.CheckFailed) as err:
+        raise CommandError(str(err)) from None
+    if args.json:
+        print(json.dumps({"benchmark": "gpu", "job": job, "rows": rows}, indent=2), flush=True)
+    else:
+        print("\n".join(bench_gpu.table(job, rows)), flush=True)
+    return 0
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    """``mpidist selftest --gpu``: 0 all passed, 1 a step failed, 3 no GPU (dry run)."""
+    from mpidist.cli import selftest  # noqa: PLC0415
+
+    steps = [s for s in selftest.STEPS if not args.steps or s.name in args.steps]
+
+    def on_step(entry: dict[str, Any]) -> None:
+        if entry["seconds"]:  # progress of the steps that ran (a dry run's run none)
+            print("selftest: " + selftest.step_line(entry), file=sys.stderr, flush=True)
+
+    report = selftest.run_selftest(steps, budget_s=args.budget, stand_in=args.stand_in,
+                                   on_step=on_step)
+    path = selftest.write_report(report, args.report)
+    print(selftest.render(report, path), flush=True)
+    return int(report["exit_code"])
