@@ -1029,3 +1029,113 @@ def test_read_only_out_is_a_clear_value_error():
 def test_bad_divisors_are_rejected(divisor):
     with pytest.raises(ValueError, match="divisor must be a positive count"):
         kernels.reduce_n([np.ones(4), np.ones(4)], divisor=divisor)
+
+
+# --------------------------------------------------------------------------------------------
+# CUDA launches: on the array's device and stream, without a host sync per tensor. Tested with
+# the recording stand-in for CuPy (tests/recording_cupy.py) and a recorder in place of Numba's
+# device contexts: a test of OUR placement logic, nothing runs on a GPU.
+# --------------------------------------------------------------------------------------------
+
+class _NumbaDevices:
+    """Stands in for numba.cuda's ``gpus``, ``external_stream`` and ``as_cuda_array``."""
+
+    def __init__(self):
+        self.current = []  # Numba device contexts entered, innermost last
+        self.conversions = []  # sync= of each as_cuda_array call
+        self.launches = []
+
+    def __getitem__(self, device_id):
+        devices = self
+
+        class _Context:
+            def __enter__(self):
+                devices.current.append(device_id)
+
+            def __exit__(self, *exc):
+                devices.current.pop()
+
+        return _Context()
+
+    def external_stream(self, ptr):
+        return ("external", ptr)
+
+    def as_cuda_array(self, obj, sync=True):
+        self.conversions.append(sync)
+        return obj  # the stand-in array itself: kernels are recorded, not run
+
+
+@pytest.fixture
+def on_gpu1(monkeypatch):
+    """The CuPy stand-in (two devices, device 0 current) and Numba's device calls recorded;
+    kernel launches are recorded with the device and stream current at launch."""
+    from numba import cuda as numba_cuda
+    from recording_cupy import install
+
+    from mpidist.backend import cupy_backend
+    from mpidist.kernels import cuda as kcuda
+
+    cupy = install(monkeypatch, num_devices=2)
+    numba = _NumbaDevices()
+    monkeypatch.setattr(numba_cuda, "gpus", numba, raising=False)
+    monkeypatch.setattr(numba_cuda, "external_stream", numba.external_stream)
+    monkeypatch.setattr(numba_cuda, "as_cuda_array", numba.as_cuda_array)
+
+    def launch(kernel, config, stream, *args):
+        arrays = [a for x in args for a in (x if isinstance(x, tuple) else (x,))
+                  if isinstance(a, cupy.ndarray)]
+        rec = cupy.recording
+        rec.launch(getattr(kernel, "__name__", "kernel"), reads=tuple(arrays[1:]),
+                   writes=tuple(arrays[:1]))  # raises WrongDeviceError off the arrays' device
+        numba.launches.append({"cupy_device": rec.current_device(),
+                               "numba_device": numba.current[-1] if numba.current else None,
+                               "stream": stream,
+                               "device1_stream": ("external", rec.current_stream(1).ptr)})
+
+    monkeypatch.setattr(kcuda, "launch", launch)
+    with cupy.cuda.Device(1):
+        side = cupy.cuda.Stream(non_blocking=True)
+    yield cupy, numba, side
+    cupy_backend.reset()
+
+
+def _on_device1(cupy, values):
+    with cupy.cuda.Device(1):
+        return cupy.asarray(np.asarray(values))
+
+
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean", "reduce_half", "pack", "unpack_cast",
+                                "cast", "sgd", "adam"])
+def test_cuda_launches_run_on_the_arrays_device_and_stream(on_gpu1, op):
+    from mpidist.kernels import optimizers
+
+    cupy, numba, side = on_gpu1
+    with cupy.cuda.Device(1):
+        side.use()  # device 1's current stream is `side`...
+    assert cupy.recording.current_device() == 0  # ...and device 0 is current for the call
+    x = _on_device1(cupy, np.arange(6, dtype=np.float32))
+    y = _on_device1(cupy, np.ones(6, np.float32))
+    if op == "reduce_sum":
+        reduce_n([x, y])
+    elif op == "reduce_mean":
+        reduce_n([x, y], divisor=2)
+    elif op == "reduce_half":
+        reduce_n([_on_device1(cupy, np.ones(4, np.float16))] * 2)
+    elif op == "pack":
+        pack([x, y])
+    elif op == "unpack_cast":
+        unpack(_on_device1(cupy, np.arange(12, dtype=np.float32)), FusionLayout([(6,), (6,)]),
+               dtype=np.float16)
+    elif op == "cast":
+        cast(x, np.float64)
+    elif op == "sgd":
+        optimizers.sgd_update(x, y, np.float32(0.1))
+    else:
+        m, v = _on_device1(cupy, np.zeros(6, np.float32)), _on_device1(cupy, np.zeros(6, np.float32))
+        optimizers.adam_update(x, y, m, v, None, *(np.float32(a) for a in (0.1, 0.1, 0.001, 1e-7)))
+    assert numba.launches, "no kernel launched"
+    for launch in numba.launches:
+        assert launch["cupy_device"] == 1 and launch["numba_device"] == 1, launch
+        assert launch["stream"] == launch["device1_stream"] == ("external", side.ptr), launch
+    assert numba.conversions and not any(numba.conversions), \
+        f"as_cuda_array synchronized the host: sync={numba.conversions}"
