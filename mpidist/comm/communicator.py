@@ -14,7 +14,6 @@ raise UnavailableError, and at exit the rank aborts the job so that no peer wait
 from __future__ import annotations
 
 import atexit
-import contextlib
 import pickle
 import threading
 from collections.abc import Iterable
@@ -52,7 +51,9 @@ Buffer: TypeAlias = Any
 """A C-contiguous array in host memory (``numpy.ndarray``) or on a GPU (CuPy)."""
 
 _REDUCE_OPS = ("sum", "max", "min", "prod")
-_HOST = contextlib.nullcontext()  # the device context of a host buffer: none
+# A device buffer handed to MPI says so in its fingerprint: a rank reducing host memory (which
+# may take the shared-memory path) beside it is a mismatch error, not a hang.
+_DEVICE_MEMORY = (("memory", "device"),)
 _world: Communicator | None = None
 _world_lock = threading.Lock()
 
@@ -153,7 +154,8 @@ class Communicator:
             if not self._device_buffers_to_mpi():
                 return through_host(buf, lambda host: self.all_reduce(host, op, timeout), send)
             call = CollectiveCall("all_reduce", op=op, dtype=dtype_name(buf.dtype),
-                                  shape=buf.shape, memory="device")
+                                  shape=buf.shape)
+            call.fields += _DEVICE_MEMORY
             with self.guard.collective(call, timeout) as wait, on_device_of(buf):
                 if self.size == 1:
                     if send is not None:
@@ -189,12 +191,17 @@ class Communicator:
             return through_host(buf, lambda host: self.all_reduce_packs(host, bounds, op, timeout))
         # The pack sizes are agreed too: every rank's data collectives then match one by one.
         call = CollectiveCall("all_reduce", op=op, dtype=dtype_name(buf.dtype), shape=buf.shape,
-                              packs=tuple(hi - lo for lo, hi in bounds),
-                              **({"memory": "device"} if device else {}))
+                              packs=tuple(hi - lo for lo, hi in bounds))
+        if device:
+            call.fields += _DEVICE_MEMORY
         with self.guard.collective(call, timeout) as wait:
             if self.size > 1:
-                with on_device_of(buf) if device else _HOST:
-                    _synchronize_stream(buf)
+                if device:
+                    with on_device_of(buf):
+                        _synchronize_stream(buf)
+                        for lo, hi in bounds:
+                            self._reduce_data(buf[lo:hi], op, wait, None)
+                else:
                     for lo, hi in bounds:
                         self._reduce_data(buf[lo:hi], op, wait, None)
         return buf
@@ -204,14 +211,22 @@ class Communicator:
         device = is_device_array(buf)
         if device and not self._device_buffers_to_mpi():
             return through_host(buf, lambda host: self.broadcast(host, root, timeout))
-        call = CollectiveCall("broadcast", root=root, dtype=dtype_name(buf.dtype), shape=buf.shape,
-                              **({"memory": "device"} if device else {}))
-        with self.guard.collective(call, timeout) as wait, on_device_of(buf) if device else _HOST:
+        call = CollectiveCall("broadcast", root=root, dtype=dtype_name(buf.dtype), shape=buf.shape)
+        if device:
+            call.fields += _DEVICE_MEMORY
+        with self.guard.collective(call, timeout) as wait:
             if self.size > 1:
-                _synchronize_stream(buf)
-                wait.blocking(lambda: self._comm.Bcast(buf, root=root),  # wait-ok: watchdog
-                              lambda: self._comm.Ibcast(buf, root=root), "broadcast")
+                if device:
+                    with on_device_of(buf):
+                        _synchronize_stream(buf)
+                        self._broadcast_data(buf, root, wait)
+                else:
+                    self._broadcast_data(buf, root, wait)
         return buf
+
+    def _broadcast_data(self, buf: Buffer, root: int, wait: Waiter) -> None:
+        wait.blocking(lambda: self._comm.Bcast(buf, root=root),  # wait-ok: watchdog
+                      lambda: self._comm.Ibcast(buf, root=root), "broadcast")
 
     def all_gather(self, array: npt.ArrayLike, timeout: float | None = None
                    ) -> npt.NDArray[Any]:

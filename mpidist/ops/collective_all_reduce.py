@@ -58,6 +58,11 @@ class CollectiveAllReduce(ReductionToOneDevice):
         self._nccl = nccl_group
         self._range_cache: dict[tuple[FusionLayout, int, int], list[tuple[int, int]]] = {}
 
+    @property
+    def nccl_across_ranks(self) -> bool:
+        """Whether GPU values cross ranks through NCCL (else through the communicator)."""
+        return self._nccl is not None
+
     # Workers always talk, even when this worker has one replica: TF's single-replica
     # shortcuts of the base class would skip the other workers.
     def reduce(self, reduce_op: ReduceOp | str, per_replica_value: Any,
