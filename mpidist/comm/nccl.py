@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from mpidist.backend import cupy_backend
+from mpidist.comm.device_buffers import device_id
 from mpidist.core.waiting import Wait, wait_until
 
 if TYPE_CHECKING:
@@ -201,6 +202,12 @@ class RankNcclGroup:
         nccl = self._nccl
         type_name, per_element = nccl_dtype(buf.dtype)
         code = getattr(nccl, type_name)
+        where = device_id(buf)
+        if where is not None and where != self.device_index:
+            raise ValueError(
+                f"RankNcclGroup.all_reduce_sum: buf is on GPU {where}, but this rank's NCCL "
+                f"communicator drives GPU {self.device_index}. Reduce the value onto GPU "
+                f"{self.device_index} first, or use CommunicationImplementation.RING.")
         with self._cupy.cuda.Device(self.device_index):
             stream = self._cupy.cuda.get_current_stream()
             self._comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size * per_element, code,

@@ -198,5 +198,15 @@ def test_complex_as_float_components_is_the_componentwise_sum():
     np.testing.assert_array_equal(summed_view.view(np.complex64), expected)
 
 
+def test_a_buffer_on_another_gpu_than_the_group_s_is_refused_by_name(stand_in, nccl_calls):  # noqa: F811
+    group = nccl_mod.RankNcclGroup(_OneRank(), 0)
+    with stand_in.cuda.Device(1):
+        buf = stand_in.zeros((3,), np.float32)
+    with pytest.raises(ValueError, match="buf is on GPU 1, but this rank's NCCL communicator "
+                                         "drives GPU 0"):
+        group.all_reduce_sum(buf)
+    assert nccl_calls == []
+
+
 def test_nccl_version_reads_the_binding(nccl_calls):
     assert nccl_mod.nccl_version() == "2.21.5"
