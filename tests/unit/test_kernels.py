@@ -1139,3 +1139,16 @@ def test_cuda_launches_run_on_the_arrays_device_and_stream(on_gpu1, op):
         assert launch["stream"] == launch["device1_stream"] == ("external", side.ptr), launch
     assert numba.conversions and not any(numba.conversions), \
         f"as_cuda_array synchronized the host: sync={numba.conversions}"
+
+
+def test_ulp_difference_counts_representable_values_between():
+    from mpidist.kernels.bitwise_checks import ulp_difference
+
+    one = np.float32(1.0)
+    up = np.nextafter(one, np.float32(2))
+    assert ulp_difference(np.array([up, one, -0.0, 3.0], np.float32),
+                          np.array([one, one, 0.0, 3.0], np.float32)) == [1, 0, 1, 0]
+    tiny = np.float64(5e-324)
+    assert ulp_difference(np.array([-tiny]), np.array([tiny])) == [3]  # -tiny, -0, +0, tiny
+    assert ulp_difference(np.array([np.inf], np.float16), np.array([65504], np.float16)) == [1]
+    assert ulp_difference(np.array([7], np.int64), np.array([-2], np.int64)) == [9]
