@@ -102,7 +102,20 @@ def _mpi() -> dict[str, Any]:
     library = mpi.Get_library_version().strip().splitlines()
     aware, how = cuda_aware_mpi()
     return {"library": library[0] if library else "", "standard": "%d.%d" % mpi.Get_version(),
-            "cuda_aware": aware, "cuda_aware_how": how}
+            "loaded_from": _loaded("libmpi"), "cuda_aware": aware, "cuda_aware_how": how}
+
+
+def _loaded(name: str) -> str | None:
+    """The file of the shared library ``name`` this process mapped (Linux), else None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if line.strip() else ""
+                if os.path.basename(path).startswith(name):
+                    return path
+    except OSError:
+        pass
+    return None
 
 
 def _jax() -> dict[str, Any]:

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from mpidist.cli.selftest import Step
 from mpidist.cli.selftest_steps import MARKER, STEP_FUNCTIONS, ulp_distance
 
 PY = sys.executable
+ROOT = Path(__file__).resolve().parents[2]
 STEP_NAMES = [s.name for s in selftest.STEPS]
 ENV_KEYS = {"python", "executable", "platform", "packages", "gpus", "nvvm", "mpi", "jax",
             "components", "variables", "missing", "probe"}
@@ -226,3 +228,72 @@ def test_ulp_distance_special_values():
     assert ulp_distance(np.float32([smallest]), np.float32([-smallest])) == 2
     with pytest.raises(AssertionError, match="shape/dtype"):
         ulp_distance(np.float32([1]), np.float64([1]))
+
+
+# -- tests/gpu/first_contact.sh ------------------------------------------------------------------
+FIRST_CONTACT = ROOT / "tests" / "gpu" / "first_contact.sh"
+
+
+def _make_wheel(folder, name="fc_probe", version="0.1"):
+    """A tiny pure-Python wheel (module ``name``), as pip builds them."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {f"{name}.py": "VALUE = 42\n",
+             f"{name}-{version}.dist-info/METADATA":
+                 f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{name}-{version}.dist-info/WHEEL":
+                 "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text)}")
+    record.append(f"{name}-{version}.dist-info/RECORD,,")
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+        z.writestr(f"{name}-{version}.dist-info/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+def _first_contact(tmp_path, wheels, *args):
+    env = {**_no_gpu_env(), "PYTHON": PY, "MPIDIST_WHEELS": str(wheels), "TMPDIR": str(tmp_path)}
+    report = tmp_path / "report.json"
+    proc = subprocess.run(["bash", str(FIRST_CONTACT), "--report", str(report), *args],
+                          env=env, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    return proc, (json.loads(report.read_text()) if report.exists() else None)
+
+
+def test_first_contact_runs_the_checkout_staged_and_installs_the_carried_wheels(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _make_wheel(wheels)
+    proc, report = _first_contact(tmp_path, wheels)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "first_contact: installed 1 wheel(s)" in proc.stderr and "fc_probe-0.1" in proc.stderr
+    assert proc.stdout.startswith("mpidist selftest --gpu: NO GPU: dry run")
+    # the checkout, made importable by links (kernels/ as mpidist/kernels), not an installed copy
+    assert report["source"].startswith(str(tmp_path / "mpidist-first-contact."))
+    assert report["source"].endswith("/src")
+    assert not list(tmp_path.glob("mpidist-first-contact.*"))  # removed at exit
+
+
+def test_first_contact_without_wheels_says_so_and_passes_arguments_on(tmp_path):
+    proc, report = _first_contact(tmp_path, tmp_path / "none", "--steps", "mirrored,bench")
+    assert proc.returncode == 3
+    assert "no wheels in" in proc.stderr and "fetch_wheels.sh" in proc.stderr
+    assert [s["name"] for s in report["steps"]] == ["mirrored", "bench"]
+    proc, _ = _first_contact(tmp_path, tmp_path / "none", "--steps", "nope")
+    assert proc.returncode == 2
+
+
+def test_first_contact_loads_the_mpich_wheel_it_installed(tmp_path):
+    wheels = ROOT / "wheels"
+    if not list(wheels.glob("mpich-*.whl")):
+        pytest.skip("wheels/ holds no mpich wheel (tests/gpu/fetch_wheels.sh fetches it)")
+    proc, report = _first_contact(tmp_path, wheels)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    loaded = report["environment"]["mpi"]["loaded_from"]
+    assert loaded.startswith(str(tmp_path / "mpidist-first-contact.")), loaded
