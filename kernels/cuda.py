@@ -18,6 +18,7 @@ import numpy as np
 from numba import cuda, types
 from numba.np.numpy_support import from_dtype
 
+from mpidist.kernels.cpu import CHUNK  # tensors per pack/unpack launch, as fusion launches them
 from mpidist.kernels.cuda_arith import ops_for
 
 __all__ = ["reduce_into", "reduce_half_into", "pack_chunk", "unpack_chunk", "cast_into",
@@ -25,7 +26,6 @@ __all__ = ["reduce_into", "reduce_half_into", "pack_chunk", "unpack_chunk", "cas
 
 THREADS = 256
 MAX_BLOCKS = 1024
-CHUNK = 8  # tensors per pack/unpack launch; equals kernels.cpu.CHUNK and fusion._CHUNK
 _HALF = np.dtype(np.float16)
 
 
