@@ -14,7 +14,7 @@ from mpidist.backend import cupy_backend
 
 __all__ = ["gpu_components", "cuda_extra", "COMPONENTS"]
 
-COMPONENTS = ("driver", "cupy", "nccl", "numba-cuda", "jax")
+COMPONENTS = ("driver", "cupy", "nccl", "numba-cuda", "cuda-aware-mpi", "jax")
 
 _CUPY_WHEELS = ("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy")
 _JAX_PLUGINS = ("jax-cuda13-plugin", "jax-cuda12-plugin")
@@ -92,17 +92,11 @@ def _nccl(cupy: Any, fix: str) -> dict[str, Any]:
     if cupy is None:
         return _component("nccl", "missing", detail="used through CuPy, which is missing" + source,
                           fix=fix)
-    module = nccl.nccl_module()
-    if module is None:
+    version = nccl.nccl_version()
+    if version is None:
         return _component("nccl", "missing", detail=nccl.nccl_unavailable_reason() + source,
                           fix=fix)
-    try:
-        code = int(module.get_version())
-    except Exception as exc:  # noqa: BLE001 - an old CuPy without get_version, or a broken libnccl
-        return _component("nccl", "error", detail=f"{type(exc).__name__}: {exc}{source}", fix=fix)
-    major, minor, patch = (code // 10000, code // 100 % 100, code % 100) if code >= 10000 \
-        else (code // 1000, code // 100 % 10, code % 100)
-    return _component("nccl", "ok", f"{major}.{minor}.{patch}", "loaded through CuPy" + source)
+    return _component("nccl", "ok", version, "loaded through CuPy" + source)
 
 
 def _numba_cuda(fix: str) -> dict[str, Any]:
@@ -122,6 +116,19 @@ def _numba_cuda(fix: str) -> dict[str, Any]:
         return _component("numba-cuda", "error", wheel[1],
                           f"NVVM cannot be loaded: {type(exc).__name__}: {exc}", fix)
     return _component("numba-cuda", "ok", wheel[1], f"NVVM {'.'.join(map(str, version))}")
+
+
+def _cuda_aware_mpi() -> dict[str, Any]:
+    from mpidist.comm.cuda_aware import cuda_aware_mpi  # noqa: PLC0415 - initialises MPI
+
+    aware, how = cuda_aware_mpi()
+    if aware:
+        return _component("cuda-aware-mpi", "ok", detail=how)
+    return _component("cuda-aware-mpi", "missing", detail=how + ": device buffers are staged "
+                      "through host memory", fix="load a CUDA-aware MPI (the site's Open MPI or "
+                      "MPICH built with CUDA) and build mpi4py against it (pip install "
+                      "--no-binary=mpi4py mpi4py); MPIDIST_GPU_AWARE_MPI=1 where it is and "
+                      "cannot say so")
 
 
 def _jax(fix: str, gpus: int) -> dict[str, Any]:
@@ -155,5 +162,6 @@ def gpu_components() -> list[dict[str, Any]]:
     driver, major = _driver(cupy)
     fix = cuda_extra(major)
     gpus = cupy_backend.gpu_count() if cupy is not None else 0
-    return [driver, _cupy(cupy, fix), _nccl(cupy, fix), _numba_cuda(fix), _jax(fix, gpus)]
+    return [driver, _cupy(cupy, fix), _nccl(cupy, fix), _numba_cuda(fix), _cuda_aware_mpi(),
+            _jax(fix, gpus)]
 

@@ -18,6 +18,7 @@ from typing import Any
 from mpidist.backend import cupy_backend
 from mpidist.backend.threads import threads_per_rank
 from mpidist.cli.gpu_components import gpu_components
+from mpidist.comm.cuda_aware import cuda_aware_mpi
 from mpidist.comm.mpi import check_launch, mpi_module
 from mpidist.config import get_config
 from mpidist.launcher_env import launcher_variables
@@ -26,6 +27,7 @@ __all__ = ["collect", "find_problems", "library_facts", "rank_facts", "render_re
            "gpu_facts", "gpu_identity", "THREAD_LEVELS"]
 
 THREAD_LEVELS = ("SINGLE", "FUNNELED", "SERIALIZED", "MULTIPLE")
+_AWARE = {True: "yes", False: "no", None: "unknown"}
 
 _ONE_RANK_PER_GPU = (
     "start at most one rank per GPU on each node (mpiexec -n <GPUs per node> per node, or srun "
@@ -53,22 +55,6 @@ def _cupy_version() -> str | None:
     return _version(("cupy", "cupy-cuda12x", "cupy-cuda11x", "cupy-cuda13x", "cupy-rocm-5-0"))
 
 
-def _nccl_version() -> tuple[str | None, str]:
-    """``(version or None, reason)`` through mpidist.comm.nccl (which loads CuPy's NCCL)."""
-    from mpidist.comm import nccl as nccl_support  # noqa: PLC0415 - loads CuPy when present
-
-    module = nccl_support.nccl_module()
-    if module is None:
-        return None, nccl_support.nccl_unavailable_reason()
-    try:
-        code = int(module.get_version())
-    except Exception as exc:  # noqa: BLE001 - an old CuPy without get_version, or a broken libnccl
-        return "unknown", f"{type(exc).__name__}: {exc}"
-    major, minor, patch = (code // 10000, code // 100 % 100, code % 100) if code >= 10000 \
-        else (code // 1000, code // 100 % 10, code % 100)
-    return f"{major}.{minor}.{patch}", "NCCL is available"
-
-
 def library_facts(mpi: Any) -> dict[str, Any]:
     """Facts about the libraries of this process (the same on every rank of a sane job)."""
     import mpi4py  # noqa: PLC0415
@@ -81,7 +67,13 @@ def library_facts(mpi: Any) -> dict[str, Any]:
     library = mpi.Get_library_version().strip()
     config = get_config()
     cupy_version = _cupy_version()
-    nccl_version, nccl_reason = _nccl_version() if cupy_version else (None, "CuPy is not installed")
+    if cupy_version:
+        from mpidist.comm import nccl  # noqa: PLC0415 - loads CuPy when present
+
+        nccl_version, nccl_reason = nccl.nccl_version(), nccl.nccl_unavailable_reason()
+    else:
+        nccl_version, nccl_reason = None, "CuPy is not installed"
+    cuda_aware, cuda_aware_how = cuda_aware_mpi()
     return {
         "mpidist": getattr(mpidist, "__version__", None),
         "python": platform.python_version(),
@@ -101,11 +93,8 @@ def library_facts(mpi: Any) -> dict[str, Any]:
             "thread_level_requested": str(getattr(mpi4py.rc, "thread_level", "")).upper(),
         },
         "gpu_components": gpu_components(),
-        "gpu_aware_mpi": {
-            "enabled": bool(config.gpu_aware_mpi),
-            "source": "MPIDIST_GPU_AWARE_MPI"
-            if "MPIDIST_GPU_AWARE_MPI" in config.set_variables else "default",
-        },
+        # True / False / None (cannot be told: device buffers are staged), and how it was found
+        "gpu_aware_mpi": {"enabled": cuda_aware, "source": cuda_aware_how},
         "config": {
             "shm_min_bytes": config.shm_min_bytes,
             "check_collectives": config.check_collectives,
@@ -366,7 +355,7 @@ def render_report(report: dict[str, Any]) -> str:
         f"MPI library     {mpi['library']}",
         f"MPI             {mpi['vendor']}, MPI standard {mpi['standard']}, thread level "
         f"{mpi['thread_level']} (requested {mpi['thread_level_requested']})",
-        f"GPU-aware MPI   {'on' if lib['gpu_aware_mpi']['enabled'] else 'off'} "
+        f"GPU-aware MPI   {_AWARE[lib['gpu_aware_mpi']['enabled']]} "
         f"({lib['gpu_aware_mpi']['source']}; device buffers "
         + ("go straight to MPI)" if lib["gpu_aware_mpi"]["enabled"]
            else "are staged through host memory)"),

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from mpidist.backend import on_device_of
 from mpidist.comm.arrival import private_duplicate
 from mpidist.comm.collective_call import CollectiveCall, dtype_name
 from mpidist.comm.collective_guard import CollectiveGuard
 from mpidist.comm.cuda_aware import cuda_aware_mpi, describe
-from mpidist.comm.device_buffers import on_device_of, synchronize_stream_of, through_host
+from mpidist.comm.device_buffers import synchronize_stream_of, through_host
 from mpidist.comm.gather import all_gather_bytes, all_gather_varying
 from mpidist.comm.mpi import abort_job, check_launch, install_abort_on_exception, mpi_module
 from mpidist.comm.peer_watch import watch_peers

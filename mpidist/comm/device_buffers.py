@@ -9,11 +9,12 @@ Imported only on GPU paths: host buffers never reach this module.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["device_id", "on_device_of", "synchronize_stream_of", "through_host"]
+from mpidist.backend import on_device_of
+
+__all__ = ["device_id", "synchronize_stream_of", "through_host"]
 
 
 def device_id(buf: Any) -> int | None:
@@ -21,16 +22,6 @@ def device_id(buf: Any) -> int | None:
     (host arrays, Numba device arrays)."""
     index = getattr(getattr(buf, "device", None), "id", None)
     return index if isinstance(index, int) else None
-
-
-def on_device_of(buf: Any) -> contextlib.AbstractContextManager[Any]:
-    """A context that makes ``buf``'s GPU the current device (nothing for other arrays)."""
-    index = device_id(buf)
-    if index is None:
-        return contextlib.nullcontext()
-    import cupy  # noqa: PLC0415 - a CuPy array exists, so CuPy is imported already
-
-    return cupy.cuda.Device(index)
 
 
 def synchronize_stream_of(buf: Any) -> None:

@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from mpidist.backend import as_array
+from mpidist.backend import as_array, on_device_of
 from mpidist.comm.communicator import Communicator
-from mpidist.comm.device_buffers import on_device_of
 from mpidist.comm.nccl import RankNcclGroup, nccl_can_reduce
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
 from mpidist.kernels.layout import FusionLayout, group_by_size
