@@ -120,7 +120,8 @@ class Config:
 
     Attributes:
         log_level: ``MPIDIST_LOG`` (``""`` = silent, ``info``, ``debug``).
-        gpu_aware_mpi: ``MPIDIST_GPU_AWARE_MPI``: hand device buffers straight to MPI.
+        gpu_aware_mpi: ``MPIDIST_GPU_AWARE_MPI``: whether the MPI library reads GPU memory (1) or
+            not (0), overriding what mpidist finds out (``comm.cuda_aware``); unset: found out.
         check_collectives: ``MPIDIST_CHECK_COLLECTIVES``: ranks agree on a fingerprint of
             each collective (sequence number, operation, dtype, shape) before moving data.
         stall_warning_seconds: ``MPIDIST_STALL_SECONDS``: a collective without a timeout that
