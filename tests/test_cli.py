@@ -627,8 +627,8 @@ def test_bench_fails_loudly_on_wrong_results(nprocs, tmp_path):
 
 
 @pytest.mark.parametrize("argv,message", [
-    ([], "the following arguments are required: {info,bench,run}"),
-    (["bench"], "the following arguments are required: {allreduce,batch,step,ps,input}"),
+    ([], "the following arguments are required: {info,bench,run,selftest}"),
+    (["bench"], "the following arguments are required: {allreduce,batch,step,ps,input,gpu}"),
     (["bench", "allreduce", "--sizes", "6"], "6 byte(s) is not a whole number of float32 elements"),
     (["bench", "allreduce", "--sizes", "4X"], "'4X' is not a size"),
     (["bench", "allreduce", "--sizes", "64M:4K"], "MAX is smaller than MIN"),
@@ -687,7 +687,7 @@ def test_console_script_and_module_agree():
     assert code == 0, err
     check_info_report(json.loads(out), 1)
     code, out, _ = run_alone("--help")
-    assert code == 0 and "{info,bench,run}" in out
+    assert code == 0 and "{info,bench,run,selftest}" in out
     code, out, _ = run_alone("bench", "allreduce", "--help")
     assert code == 0 and "--sizes SPEC" in out and "--plot OUT.png" in out
 
