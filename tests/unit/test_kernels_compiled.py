@@ -17,9 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_MISSING = [name for name in ("numba_cuda", "cuda.bindings", "cuda.pathfinder")
-            if importlib.util.find_spec(name.split(".")[0]) is None
-            or (name == "cuda.bindings" and importlib.util.find_spec("cuda.bindings") is None)]
+def _missing(module):
+    try:
+        return importlib.util.find_spec(module) is None
+    except ModuleNotFoundError:  # its parent package is absent
+        return True
+
+
+_MISSING = [m for m in ("numba_cuda", "cuda.bindings.nvjitlink", "cuda.pathfinder") if _missing(m)]
 if not _MISSING:
     from cuda.pathfinder import find_nvidia_binary_utility
 
