@@ -20,6 +20,7 @@ from mpidist.kernels import (
     unpack,
 )
 from mpidist.kernels import cpu as kcpu
+from mpidist.kernels.bitwise_checks import random_array
 
 KERNEL_DTYPES = [np.float16, np.float32, np.float64, np.int32, np.int64]
 FLOAT_DTYPES = [np.float16, np.float32, np.float64]
@@ -62,16 +63,6 @@ def assert_nan_aware_bits(got, expected):
     nan = np.isnan(expected)
     np.testing.assert_array_equal(np.isnan(got), nan)
     np.testing.assert_array_equal(bits(got)[~nan], bits(expected)[~nan])
-
-
-def random_array(rng, dtype, shape):
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        scale = 10.0 ** rng.integers(-3, 4, size=shape)
-        return np.asarray(rng.standard_normal(shape) * scale).astype(dtype)
-    info = np.iinfo(dtype)
-    low = 0 if dtype.kind == "u" else info.min
-    return np.asarray(rng.integers(low, info.max, size=shape, dtype=dtype, endpoint=True))
 
 
 def make_buffers(dtype, shape, n, seed=0):
