@@ -101,7 +101,8 @@ def _mpi() -> dict[str, Any]:
     mpi = mpi_module()
     library = mpi.Get_library_version().strip().splitlines()
     aware, how = cuda_aware_mpi()
-    return {"library": " ".join(library[0].split()) if library else "", "standard": "%d.%d" % mpi.Get_version(),
+    return {"library": " ".join(library[0].split()) if library else "",
+            "standard": "%d.%d" % mpi.Get_version(),
             "loaded_from": _loaded("libmpi"), "cuda_aware": aware, "cuda_aware_how": how}
 
 
