@@ -16,7 +16,7 @@ from typing import Any
 
 import mpidist
 
-from mpidist.cli.selftest_steps import SkipStep
+from mpidist.cli.selftest_skip import SkipStep
 
 __all__ = ["run_kernel_checks", "checks_module"]
 

@@ -25,14 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from mpidist.cli.selftest_skip import SkipStep
+
 __all__ = ["MARKER", "STEP_FUNCTIONS", "Target", "SkipStep", "ulp_distance", "main"]
 
 MARKER = "SELFTEST-RESULT: "
 Detail = dict[str, Any]
-
-
-class SkipStep(Exception):
-    """The step cannot run here (a missing library): the message says what and the fix."""
 
 
 @dataclass(frozen=True)
@@ -497,8 +495,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Through the imported module, so that the step functions and this runner share one
-    # SkipStep class (``__main__`` would be a second copy of this module).
-    from mpidist.cli.selftest_steps import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())
