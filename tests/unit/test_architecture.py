@@ -244,7 +244,8 @@ def test_strategies_implement_what_the_values_layer_asks_of_them():
 #   package (``from a import name`` in ``a.b``, ``name`` not a submodule) is an edge all the same:
 #   ``a/__init__`` is usually what imported ``a.b`` and may not have bound ``name`` yet;
 # - imports under ``if TYPE_CHECKING:`` are not edges: they never run, and mypy resolves cycles
-#   among annotations.
+#   among annotations;
+# - ``importlib.import_module("a.b")`` with a literal name is an edge like ``import a.b``.
 
 # The one cycle allowed for now: ps/'s strategy, coordinator, dispatch, service and per_worker,
 # tied by function-level imports. Issue 24's typed PS protocol (item 4: service and coordinator
@@ -271,6 +272,14 @@ def _ancestors(module):
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
+def _is_literal_import_module(node):
+    """``importlib.import_module("a.b")`` (or ``import_module("a.b")``) with a literal name."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)):
+        return False
+    return ast.unparse(node.func) in ("importlib.import_module", "import_module")
+
+
 def import_edges(module, path, known):
     """``(target, line)`` for each module of ``known`` that ``module`` (at ``path``) imports
     when its statements run: the edges defined above."""
@@ -292,6 +301,8 @@ def import_edges(module, path, known):
             submodules = [f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in known]
             reads_names = len(submodules) < len(node.names)
             named = submodules + ([source] if reads_names else [])
+        elif _is_literal_import_module(node):
+            named = [node.args[0].value]
         else:
             continue
         for target in named:
@@ -399,8 +410,9 @@ def test_no_import_cycles():
 
 def test_cycle_check_sees_each_kind_of_edge(tmp_path):
     """The checker itself (guards against a vacuous test): a cycle closed by a function-level
-    import, one closed by reading a name from the own package, none through ``TYPE_CHECKING``
-    or through the implicit initialisation of the own package."""
+    import, one closed by reading a name from the own package, one through
+    ``importlib.import_module``, none through ``TYPE_CHECKING`` or through the implicit
+    initialisation of the own package."""
     files = {
         "__init__.py": "from pkg.a import A\nfrom pkg import d\n",
         "a.py": ("from typing import TYPE_CHECKING\nfrom pkg import b\n"
@@ -408,6 +420,8 @@ def test_cycle_check_sees_each_kind_of_edge(tmp_path):
         "b.py": "def f():\n    from pkg.a import A\n    return A\n",
         "c.py": "from pkg.a import A\nclass C(A): pass\n",
         "d.py": "from pkg import A\n",
+        "e.py": "import importlib\nimportlib.import_module('pkg.f')\n",
+        "f.py": "def g():\n    import pkg.e\n",
     }
     (tmp_path / "pkg").mkdir()
     modules = []
@@ -417,6 +431,7 @@ def test_cycle_check_sees_each_kind_of_edge(tmp_path):
         modules.append((module, tmp_path / "pkg" / name))
     graph = import_graph(modules)
     assert sorted(sorted(c) for c in import_cycles(graph)) == [["pkg", "pkg.d"],
-                                                                ["pkg.a", "pkg.b"]]
+                                                                ["pkg.a", "pkg.b"],
+                                                                ["pkg.e", "pkg.f"]]
     text = describe_cycle(frozenset({"pkg.a", "pkg.b"}), graph, lambda m: m)
     assert text == "2 modules: pkg.a:2 -> pkg.b:2 -> pkg.a"
