@@ -23,6 +23,7 @@ from mpidist.ps.client import current_client
 from mpidist.ps.partitioners import prepare_initial_value, shard_initial_values, shard_rows
 from mpidist.ps.runtime import ChiefPulse, TaskRuntime
 from mpidist.ps.transport import MPITransport
+from mpidist.ps.updates import PARAMETER_SERVER_UPDATES
 from mpidist.ps.sharded_variable import ShardedVariable
 from mpidist.ps.variables import PSVariable, VariableHandle
 from mpidist.strategies.one_device import OneDeviceExtended
@@ -149,6 +150,8 @@ class ParameterServerStrategy(Strategy):
 class ParameterServerExtended(OneDeviceExtended):
     """One replica per worker (run as OneDeviceStrategy runs it, on the worker's CPU);
     variables are PSVariables (or ShardedVariables of them)."""
+
+    update_applier = PARAMETER_SERVER_UPDATES  # optimizer updates run on the servers
 
     def __init__(self, container_strategy: Strategy, runtime: TaskRuntime,
                  variable_partitioner: Any) -> None:

@@ -39,6 +39,7 @@ from mpidist.types import Array, ReduceOp, VariableAggregation, as_reduce_op
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica, ValueContext
 from mpidist.values.regroup import select_local
 from mpidist.strategies.alone_warning import warn_if_alone
+from mpidist.strategies.update_appliers import REPLICA_UPDATES, UpdateApplier
 from mpidist.values.variables import Variable
 
 __all__ = ["Strategy", "StrategyExtended", "experimental_set_strategy",
@@ -375,6 +376,8 @@ class Strategy:
 
 class StrategyExtended:
     """The lower-level API of a strategy (``strategy.extended``)."""
+
+    update_applier: UpdateApplier = REPLICA_UPDATES  # where optimizer updates run (update_appliers.py)
 
     def __init__(self, container_strategy: Strategy, devices: Iterable[DeviceSpec]) -> None:
         self._container_strategy_ref = container_strategy

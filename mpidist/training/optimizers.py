@@ -6,6 +6,11 @@ one ``batch_reduce_to``), clips them if asked, then ``merge_call``s once to upda
 replica's copy of every variable with the same arithmetic on the same numbers, so the copies
 stay bit-identical. Slot variables (momentum, Adam's moments) are created like their variables:
 mirrored when the variable is, in the variable's strategy.
+
+What an update computes is the optimizer's rule (``mpidist.ops.update_rules``: slots,
+hyperparameters, one formula and its fused kernel); where it runs is the applier its strategy
+declares (``StrategyExtended.update_applier``, ``mpidist.strategies.update_appliers``): the
+replicas' fused or per-variable path here, or the parameter servers (``mpidist.ps.updates``).
 """
 
 import contextlib
@@ -20,16 +25,15 @@ from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import user_call
 from mpidist.strategies.context import get_replica_context, get_strategy, in_cross_replica_context
 from mpidist.strategies.default import get_default_strategy
-from mpidist.kernels import optimizers as fused_kernels
 from mpidist.training.fused_apply import FusedPlan, components_of, grads_per_device
 from mpidist.training.gradient_checks import GradientChecks
 from mpidist.training.deferred_restore import restore_deferred
+from mpidist.ops.update_rules import AdamRule, MomentumRule, SGDRule, UpdateRule
+from mpidist.ops.update_rules import positive_float as _positive_float
+from mpidist.strategies.update_appliers import UpdateApplier
 from mpidist.types import ReduceOp, VariableAggregation
 from mpidist.values.containers import DistributedValues, PerReplica
 from mpidist.values.variables import Variable
-from mpidist.ps.sharded_variable import ShardedVariable
-from mpidist.ps.strategy import ParameterServerExtended
-from mpidist.ps.variables import PSVariable
 
 __all__ = ["Optimizer", "SGD", "Adam", "UnknownSlotError"]
 
@@ -42,39 +46,6 @@ def _is_real_scalar(value):
         return True
     dtype = getattr(value, "dtype", None)
     return isinstance(dtype, np.dtype) and dtype.kind in "iuf" and getattr(value, "shape", None) == ()
-
-
-def _flag(name, value):
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r}.")
-    return bool(value)
-
-
-def _positive_float(name, value, allow_zero=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number, got {value!r}.")
-    value = float(value)
-    if value < 0 or (value == 0 and not allow_zero) or not np.isfinite(value):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value}.")
-    return value
-
-
-def _shard_pairs(pairs):
-    """(gradient, variable) pairs with each ShardedVariable's gradient split by its shards'
-    rows (a sparse IndexedSlices gradient is made dense first)."""
-    out = []
-    for grad, var in pairs:
-        if not isinstance(var, ShardedVariable) or grad is None:
-            out.append((grad, var))
-            continue
-        dense = np.asarray(grad)  # IndexedSlices.__array__ gives the dense gradient
-        if dense.shape != tuple(var.shape):
-            raise ValueError(f"apply_gradients: gradient of shape {dense.shape} for ShardedVariable "
-                             f"{var.name!r} of shape {tuple(var.shape)}.")
-        bounds = np.cumsum(var.shard_rows)[:-1]
-        out.extend(zip(np.split(dense, bounds), var.variables))
-    return out
 
 
 class UnknownSlotError(ValueError):
@@ -106,9 +77,20 @@ class Optimizer:
 
     Create the optimizer inside ``strategy.scope()``: its ``iterations`` counter is then a
     mirrored variable, like the slots created for mirrored variables.
+
+    A subclass sets ``self._rule`` (an ``UpdateRule``) before calling ``__init__``; one that
+    overrides ``_update_step(variable, gradient, slots, lr, step)`` instead declares a
+    per-variable step of its own: it is never fused, and on parameter servers it reads,
+    computes and writes.
     """
 
-    _SLOTS = ()
+    _rule: UpdateRule | None = None
+    _custom_step = False  # set for a class that defines its own _update_step
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "_update_step" in cls.__dict__:
+            cls._custom_step = True
 
     def __init__(self, learning_rate, clipnorm=None, clipvalue=None, global_clipnorm=None,
                  name="Optimizer"):
@@ -131,19 +113,25 @@ class Optimizer:
         self._slots = []      # per variable, in the order first seen: {slot name: variable}
         self._var_index = {}  # id(variable) -> index into _slots
         self._owners = []     # the variable of each entry of _slots (rebuilds _var_index)
-        # What a checkpoint numbers: the variables as the user passed them (a ShardedVariable
+        # What a checkpoint numbers: the variables as the user passed them (a sharded variable
         # is one entry whose slots are saved whole), so slots restore under any sharding.
         self._checkpoint_groups = []
         self._checkpoint_index = {}  # id(variable) -> index into _checkpoint_groups
+        self._joiners = {}    # index into _checkpoint_groups -> applier that joins its shards
         self._plans = {}      # tuple of variable ids -> FusedPlan, or None where none fits
         self._last_plan = None
         self._checks = GradientChecks()  # remembers the last step's checked variables
         self._dtypes_checked = None  # the variables tuple whose dtypes were last checked
+        self._updates = _OptimizerUpdates(self)  # what the strategy's applier drives
 
     @property
     def iterations(self):
         """How many times ``apply_gradients`` has updated the variables."""
         return self._iterations
+
+    @property
+    def _slot_names(self):
+        return self._rule.slots if self._rule is not None else ()
 
     def _current_learning_rate(self, step=None):
         """The learning rate at ``step`` (default: the current ``iterations``)."""
@@ -174,9 +162,12 @@ class Optimizer:
         for var in var_list:
             if id(var) in self._checkpoint_index:
                 continue
-            if isinstance(var, ShardedVariable):
-                created = self._build_one_each(var.variables, checkpointed_alone=False) or created
+            applier = _applier_of(var, self._strategy)
+            shards = applier.shards(var)
+            if shards is not None:
+                created = self._build_one_each(shards, checkpointed_alone=False) or created
                 self._checkpoint_index[id(var)] = len(self._checkpoint_groups)
+                self._joiners[len(self._checkpoint_groups)] = applier
                 self._checkpoint_groups.append(var)
                 continue
             created = self._build_one_each([var], checkpointed_alone=True) or created
@@ -206,13 +197,14 @@ class Optimizer:
                 continue
             strategy = getattr(var, "distribute_strategy", None) or self._strategy
             slots = {}
+            names = self._slot_names
             with strategy.scope():
-                colocate = strategy.extended.colocate_vars_with(var) \
-                    if isinstance(var, PSVariable) and self._SLOTS else contextlib.nullcontext()
-                with colocate:
-                    for slot in self._SLOTS:
-                        slots[slot] = Variable(np.zeros(var.shape, var.dtype), trainable=False,
-                                               name=f"{var.name}/{slot}")
+                where = strategy.extended.update_applier.slot_scope(strategy.extended, var) \
+                    if names else contextlib.nullcontext()
+                with where:
+                    for slot in names:
+                        slots[slot] = Variable(self._rule.initial_slot(slot, var.shape, var.dtype),
+                                               trainable=False, name=f"{var.name}/{slot}")
             self._var_index[id(var)] = len(self._slots)
             self._slots.append(slots)
             self._owners.append(var)
@@ -227,7 +219,7 @@ class Optimizer:
         # handles, so the id-keyed indexes are rebuilt on arrival; plans are per process.
         state_ = dict(self.__dict__)
         for key in ("_var_index", "_checkpoint_index", "_plans", "_last_plan", "_checks",
-                    "_dtypes_checked"):
+                    "_dtypes_checked", "_updates"):
             state_.pop(key, None)
         return state_
 
@@ -239,6 +231,7 @@ class Optimizer:
         self._last_plan = None
         self._checks = GradientChecks()
         self._dtypes_checked = None
+        self._updates = _OptimizerUpdates(self)
 
     @accepts(slot_name=str)
     def get_slot(self, var, slot_name):
@@ -252,18 +245,20 @@ class Optimizer:
                 "updated it yet. Call optimizer.build([var, ...]) or apply_gradients first.")
         if slot_name not in self._slots[index]:
             raise UnknownSlotError(
-                f"{shown!r} has no slot {slot_name!r}; slots: {list(self._SLOTS)}.")
+                f"{shown!r} has no slot {slot_name!r}; slots: {list(self._slot_names)}.")
         return self._slots[index][slot_name]
 
     def _checkpoint_dependencies(self):
         """What a Checkpoint saves: the update counter and every slot, by variable order (a
-        ShardedVariable's slots as ShardedVariables: one full-shape array each)."""
+        sharded variable's slots joined by its applier: one full-shape array each)."""
         slots = {}
         for i, var in enumerate(self._checkpoint_groups):
-            if isinstance(var, ShardedVariable):
-                per_shard = [self._slots[self._var_index[id(s)]] for s in var.variables]
-                entry = {name: ShardedVariable([p[name] for p in per_shard], name=f"{var.name}/{name}")
-                         for name in self._SLOTS}
+            joiner = self._joiners.get(i)
+            if joiner is not None:
+                per_shard = [self._slots[self._var_index[id(s)]] for s in joiner.shards(var)]
+                entry = {name: joiner.join_shards(var, [p[name] for p in per_shard],
+                                                  f"{var.name}/{name}")
+                         for name in self._slot_names}
             else:
                 entry = dict(self._slots[self._var_index[id(var)]])
             if entry:
@@ -287,9 +282,13 @@ class Optimizer:
             raise RuntimeError(
                 "`apply_gradients() cannot be called in cross-replica context. Use "
                 "`mpidist.Strategy.run` to enter replica context.")
+        return get_strategy().extended.update_applier.apply_gradients(
+            self._updates, grads_and_vars, name, experimental_aggregate_gradients)
+
+    def _apply_in_replicas(self, grads_and_vars, name, experimental_aggregate_gradients):
+        """The replicas' applier (``ReplicaUpdates``): sum, clip, then update every copy, with
+        the fused kernel where the layout allows."""
         strategy = get_strategy()
-        if isinstance(strategy.extended, ParameterServerExtended):  # one test, not one per pair
-            return self._apply_on_parameter_servers(grads_and_vars, name)
         grads, variables, signature = self._checks.check(grads_and_vars, name, strategy)
         if variables is not self._dtypes_checked:  # the repeating step passes the same tuple
             self._check_dtypes(variables)
@@ -319,7 +318,7 @@ class Optimizer:
                 "global_clipnorm": self.global_clipnorm, **self._own_hyperparameters()}
 
     def _own_hyperparameters(self):
-        return {}
+        return self._rule.hyperparameters() if self._rule is not None else {}
 
     def _check_strategy(self, strategy):
         """The optimizer's own state (``iterations``) must live where its updates run."""
@@ -354,12 +353,9 @@ class Optimizer:
         return self.clipnorm is not None or self.global_clipnorm is not None
 
     def _fusable(self):
-        """Whether this class's update is the fused kernel's: a subclass that overrides
-        ``_update_step`` without a ``_fused_update`` of its own keeps the per-variable path."""
-        for klass in type(self).__mro__:
-            if "_update_step" in klass.__dict__:
-                return "_fused_update" in klass.__dict__
-        return False
+        """Whether the update is the rule's fused kernel: not for a per-variable step of a
+        subclass's own."""
+        return self._rule is not None and not self._custom_step
 
     def _plan_for(self, variables):
         """The FusedPlan of this exact list of variables (built on first use), or None."""
@@ -374,7 +370,7 @@ class Optimizer:
         plan = None
         if self._fusable() and not any(id(v) in self._planned for v in variables):
             slot_vars = [self._slots[self._var_index[id(v)]] for v in variables]
-            plan = FusedPlan.build(variables, slot_vars, self._SLOTS)
+            plan = FusedPlan.build(variables, slot_vars, self._slot_names)
         if len(self._plans) < 8:  # a model alternates between few lists, if any
             self._plans[key] = plan
         if plan is not None:
@@ -450,7 +446,7 @@ class Optimizer:
         step = int(np.asarray(self._iterations)) + 1
         for grad, var in zip(grads, variables):
             slots = self._slots[self._var_index[id(var)]]
-            slot_args = [_components(slots[name]) for name in self._SLOTS]
+            slot_args = [_components(slots[name]) for name in self._slot_names]
 
             def apply(component, g, *slot_components):
                 self._update_step(component, g, slot_components, lr, step)
@@ -458,141 +454,116 @@ class Optimizer:
             strategy.extended.update(var, apply, args=(grad, *slot_args), group=False)
         self._iterations.assign_add(1)
 
+    def _fused_update(self, w, g, slots, lr, step):
+        """The rule's fused kernel over one device's arenas."""
+        rule = self._rule
+        rule.fused(w, g, slots, rule.cast(rule.coefficients(lr, step), w.dtype))
+
     def _update_step(self, variable, gradient, slots, lr, step):
-        """Update one copy of a variable in place (``variable`` is a plain Variable)."""
-        raise NotImplementedError
+        """Update one copy of a variable in place (``variable`` is a plain Variable, or a
+        parameter server's) by the rule's formula: read, compute, write."""
+        rule = self._rule
+        if rule is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no update rule: set self._rule to an "
+                "mpidist.ops.update_rules.UpdateRule, or override _update_step.")
+        w = variable.current_array()
+        g = gradient.astype(w.dtype, copy=False)
+        step_ = rule.formula(w, g, tuple(s.current_array() for s in slots),
+                             rule.cast(rule.coefficients(lr, step), w.dtype))
+        for slot, value in zip(slots, step_.slots):
+            slot.assign(value, read_value=False)
+        if step_.subtract:
+            variable.assign_sub(step_.delta, read_value=False)
+        else:
+            variable.assign_add(step_.delta, read_value=False)
 
-    # -- variables on parameter servers (docs/ps.md) -------------------------------------------
-    def _apply_on_parameter_servers(self, grads_and_vars, name):
-        """Asynchronous training: each worker applies its own gradients where the variables
-        live, one fused update request per variable (or shard), no all-reduce. ``iterations``
-        is incremented atomically on its server; the step number it returns drives Adam's bias
-        correction and the learning-rate schedule."""
-        if hasattr(grads_and_vars, "__next__"):
-            grads_and_vars = list(grads_and_vars)  # zip(...), a generator: read twice below
-        grads, checked, _ = self._checks.check(_shard_pairs(grads_and_vars), name, get_strategy())
-        missing = [v.name for v in checked if id(v) not in self._var_index]
-        if missing and self._SLOTS:
+
+def _applier_of(var, default_strategy) -> UpdateApplier:
+    """The applier of the strategy ``var`` was created in (the optimizer's, for a value)."""
+    strategy = getattr(var, "distribute_strategy", None) or default_strategy
+    return strategy.extended.update_applier
+
+
+class _OptimizerUpdates:
+    """What an optimizer offers its strategy's applier (``strategies.update_appliers.
+    OptimizerUpdates``): a view on the optimizer, so appliers use no private member of it."""
+
+    __slots__ = ("_opt",)
+
+    def __init__(self, optimizer):
+        self._opt = optimizer
+
+    @property
+    def rule(self):
+        opt = self._opt
+        return None if opt._custom_step else opt._rule
+
+    @property
+    def iterations(self):
+        return self._opt._iterations
+
+    def apply_in_replicas(self, grads_and_vars, name, aggregate):
+        return self._opt._apply_in_replicas(grads_and_vars, name, aggregate)
+
+    def check(self, grads_and_vars, name):
+        grads, variables, _ = self._opt._checks.check(grads_and_vars, name, get_strategy())
+        return grads, variables
+
+    def require_slots(self, variables, why):
+        opt = self._opt
+        missing = [v.name for v in variables if id(v) not in opt._var_index]
+        names = opt._slot_names
+        if missing and names:
             raise RuntimeError(
-                f"Optimizer {self.name!r} has no slot variables ({', '.join(self._SLOTS)}) for "
-                f"{missing[:3]}{' ...' if len(missing) > 3 else ''}. Under "
-                "ParameterServerStrategy slots live on the parameter servers and are created on "
-                "the coordinator: call optimizer.build(variables) inside `with strategy.scope():` "
-                "before scheduling the step.")
-        self.build([v for _, v in grads_and_vars])  # registers variables without slots (SGD)
-        grads = self._clip(grads)
-        step = int(self._iterations.assign_add(1))
-        lr = self._current_learning_rate(step - 1)
-        rule = self._ps_rule(lr, step)
-        for grad, var in zip(grads, checked):
-            slots = self._slots[self._var_index[id(var)]]
-            slot_vars = tuple(slots[n] for n in self._SLOTS)
-            if rule is None:  # a subclass without a server-side rule: read, compute, write
-                self._update_step(var, grad, slot_vars, lr, step)
-            else:
-                var.apply_optimizer_update(rule[0], grad, rule[1], slot_vars)
-        return self._iterations
+                f"Optimizer {opt.name!r} has no slot variables ({', '.join(names)}) for "
+                f"{missing[:3]}{' ...' if len(missing) > 3 else ''}. {why}")
 
-    def _ps_rule(self, lr, step):
-        """``(rule, parameters)`` of the fused update the parameter server runs, or None."""
-        return None
+    def build(self, variables):
+        self._opt.build(variables)
+
+    def clip(self, grads):
+        return self._opt._clip(grads)
+
+    def count_step(self):
+        return int(self._opt._iterations.assign_add(1))
+
+    def learning_rate(self, step):
+        return self._opt._current_learning_rate(step)
+
+    def slots_of(self, variable):
+        opt = self._opt
+        slots = opt._slots[opt._var_index[id(variable)]]
+        return tuple(slots[n] for n in opt._slot_names)
+
+    def update_variable(self, variable, gradient, slots, lr, step):
+        self._opt._update_step(variable, gradient, slots, lr, step)
 
 
 class SGD(Optimizer):
     """Gradient descent with optional momentum and Nesterov momentum (Keras's rule):
     ``m = momentum * m - lr * g``; ``w += m`` (or ``w += momentum * m - lr * g`` with Nesterov);
-    without momentum ``w -= lr * g``."""
+    without momentum ``w -= lr * g``. The rules: ``update_rules.MomentumRule``, or
+    ``SGDRule`` without momentum."""
 
     def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, name="SGD", **kwargs):
-        self.momentum = _positive_float("momentum", momentum, allow_zero=True)
-        if self.momentum >= 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}.")
-        self.nesterov = _flag("nesterov", nesterov)
-        self._SLOTS = ("momentum",) if self.momentum else ()
+        with_momentum = MomentumRule(momentum, nesterov)  # checks both
+        self.momentum, self.nesterov = with_momentum.momentum, with_momentum.nesterov
+        self._rule = with_momentum if self.momentum else SGDRule()
         super().__init__(learning_rate, name=name, **kwargs)
 
     def _own_hyperparameters(self):
         return {"momentum": self.momentum, "nesterov": self.nesterov}
 
-    def _ps_rule(self, lr, step):
-        if type(self)._update_step is not SGD._update_step:
-            return None
-        if not self.momentum:
-            return "sgd", (lr,)
-        return "momentum", (lr, self.momentum, float(self.nesterov))
-
-    def _fused_update(self, w, g, slots, lr, step):
-        t = w.dtype.type
-        if not self.momentum:
-            fused_kernels.sgd_update(w, g, t(lr))
-        else:
-            fused_kernels.sgd_momentum_update(w, g, slots[0], t(lr), t(self.momentum),
-                                              self.nesterov)
-
-    def _update_step(self, variable, gradient, slots, lr, step):
-        w = variable.current_array()
-        g = gradient.astype(w.dtype, copy=False)
-        if not self.momentum:
-            variable.assign_sub(w.dtype.type(lr) * g, read_value=False)
-            return
-        (m_var,) = slots
-        m = m_var.current_array()
-        m = w.dtype.type(self.momentum) * m - w.dtype.type(lr) * g
-        m_var.assign(m, read_value=False)
-        if self.nesterov:
-            variable.assign_add(w.dtype.type(self.momentum) * m - w.dtype.type(lr) * g,
-                                read_value=False)
-        else:
-            variable.assign_add(m, read_value=False)
-
 
 class Adam(Optimizer):
     """Adam (Keras's rule): ``m += (g - m)(1 - beta_1)``, ``v += (g² - v)(1 - beta_2)``,
     ``w -= lr·sqrt(1 - beta_2^t)/(1 - beta_1^t) · m / (sqrt(v) + epsilon)``; with ``amsgrad``
-    the running maximum of ``v`` is used."""
+    the running maximum of ``v`` is used. The rule: ``update_rules.AdamRule``."""
 
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
                  amsgrad=False, name="Adam", **kwargs):
-        for label, beta in (("beta_1", beta_1), ("beta_2", beta_2)):
-            beta = _positive_float(label, beta, allow_zero=True)
-            if beta >= 1:
-                raise ValueError(f"{label} must be in [0, 1), got {beta}.")
-        self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
-        self.epsilon = _positive_float("epsilon", epsilon)
-        self.amsgrad = _flag("amsgrad", amsgrad)
-        self._SLOTS = ("m", "v", "vhat") if self.amsgrad else ("m", "v")
+        self._rule = AdamRule(beta_1, beta_2, epsilon, amsgrad)
+        self.beta_1, self.beta_2 = self._rule.beta_1, self._rule.beta_2
+        self.epsilon, self.amsgrad = self._rule.epsilon, self._rule.amsgrad
         super().__init__(learning_rate, name=name, **kwargs)
-
-    def _own_hyperparameters(self):
-        return {"beta_1": self.beta_1, "beta_2": self.beta_2, "epsilon": self.epsilon,
-                "amsgrad": self.amsgrad}
-
-    def _ps_rule(self, lr, step):
-        if type(self)._update_step is not Adam._update_step:
-            return None
-        alpha = lr * np.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step)
-        return "adam", (alpha, 1 - self.beta_1, 1 - self.beta_2, self.epsilon)
-
-    def _fused_update(self, w, g, slots, lr, step):
-        t = w.dtype.type
-        alpha = t(lr * np.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step))
-        fused_kernels.adam_update(w, g, slots[0], slots[1], slots[2] if self.amsgrad else None,
-                                  alpha, t(1 - self.beta_1), t(1 - self.beta_2), t(self.epsilon))
-
-    def _update_step(self, variable, gradient, slots, lr, step):
-        w = variable.current_array()
-        xp = array_module(w)
-        t = w.dtype.type
-        g = gradient.astype(w.dtype, copy=False)
-        m_var, v_var = slots[0], slots[1]
-        alpha = t(lr * np.sqrt(1 - self.beta_2 ** step) / (1 - self.beta_1 ** step))
-        m = m_var.current_array()
-        v = v_var.current_array()
-        m = m + (g - m) * t(1 - self.beta_1)
-        v = v + (g * g - v) * t(1 - self.beta_2)
-        m_var.assign(m, read_value=False)
-        v_var.assign(v, read_value=False)
-        if self.amsgrad:
-            v = xp.maximum(slots[2].current_array(), v)
-            slots[2].assign(v, read_value=False)
-        variable.assign_sub(m * alpha / (xp.sqrt(v) + t(self.epsilon)), read_value=False)
