@@ -23,12 +23,13 @@ from mpidist.errors import InvalidArgumentError
 from mpidist.types import Array
 from mpidist.values.containers import DistributedValues
 from mpidist.values.indexed_slices import IndexedSlices, row_indices
+from mpidist.values.variable_base import ArrayIdentity
 from mpidist.values.variables import Variable
 
 __all__ = ["ShardedVariable"]
 
 
-class ShardedVariable:
+class ShardedVariable(ArrayIdentity):
     """Variables that are shards, along axis 0, of one larger variable.
 
     Args:
@@ -37,6 +38,8 @@ class ShardedVariable:
         name: The container's name (default ``"ShardedVariable"``, as TF); the checkpoint key
             comes from where it is tracked, not from this name.
 
+    ``name``, ``dtype``, ``shape`` (the shards' rows added up, then the shared trailing
+    dimensions) and ``ndim`` are ``ArrayIdentity``'s, as every variable's.
     Reads (``np.asarray(sv)``, ``numpy``, ``read_value``, ``value``) concatenate the shards.
     ``assign*`` check the whole value first, then update shard by shard. ``sparse_read`` and
     ``scatter_*`` touch only the shards holding the rows named. Any row split works; TF's
@@ -84,23 +87,6 @@ class ShardedVariable:
     def variables(self) -> tuple[Variable, ...]:
         """The shards, in row order."""
         return self._variables
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The full shape: the shards' rows added up, then the shared trailing dimensions."""
-        return self._shape
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
 
     @property
     def trainable(self) -> bool:

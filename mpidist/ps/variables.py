@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from mpidist.core.devices import parse_device
 from mpidist.core.signatures import accepts
 from mpidist.ps.client import PSClient, current_client
 from mpidist.ps.wire import Op, pack_dtype
-from mpidist.types import Array, VariableAggregation, VariableSynchronization
+from mpidist.types import Array, VariableAggregation
+from mpidist.values.variable_base import VariableBase
 from mpidist.values.variables import Variable
 
 __all__ = ["VariableHandle", "PSVariable", "attach_variable", "read_variables",
@@ -113,8 +113,8 @@ def read_variables(variables: Any) -> list[np.ndarray]:
         raw = raw if raw is not None else np.empty(0, np.uint8)  # all of them empty
         offset = 0
         for var in group:
-            values[id(var)] = np.frombuffer(raw, var._dtype, var._size, offset).reshape(var._shape)
-            offset += var._size * var._dtype.itemsize
+            values[id(var)] = np.frombuffer(raw, var.dtype, var.size, offset).reshape(var.shape)
+            offset += var.size * var.dtype.itemsize
             if cache is not None:
                 cache[var._cache_key] = values[id(var)].copy()
 
@@ -140,20 +140,15 @@ class PSVariable(Variable):
     """A variable held by a parameter server (``device`` is ``/job:ps/replica:0/task:K/...``)."""
 
     def __init__(self, client: PSClient, handle: VariableHandle, strategy: Any) -> None:
-        # Not Variable.__init__: no local value. The attributes Variable's methods read are set.
+        # The identity is the handle's; Variable.__init__ is not called: the value lives on the
+        # parameter server.
+        VariableBase.__init__(
+            self, name=handle.name, dtype=handle.dtype, shape=handle.shape,
+            device=client.roles.device_name("ps", handle.ps_task), trainable=handle.trainable,
+            synchronization=handle.synchronization, aggregation=VariableAggregation(handle.aggregation),
+            distribute_strategy=strategy)
         self._client = client
         self._handle = handle
-        self._name = handle.name
-        self._dtype = np.dtype(handle.dtype)
-        self._shape = tuple(handle.shape)
-        self._size = int(np.prod(self._shape, dtype=np.int64))
-        self._device = parse_device(client.roles.device_name("ps", handle.ps_task))
-        self._trainable = handle.trainable
-        self._synchronization = VariableSynchronization(handle.synchronization)
-        self._aggregation = VariableAggregation(handle.aggregation)
-        self.distributed_container = None
-        self._distribute_strategy = strategy
-        self._adopted = False
         self._known: tuple[int, np.ndarray] | None = None  # (closure, value its update returned)
         self._cache_key = (id(client), handle.var_id)
 
@@ -176,22 +171,6 @@ class PSVariable(Variable):
     @property
     def handle(self) -> VariableHandle:
         return self._handle
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    @property
-    def ndim(self) -> int:
-        return len(self._shape)
-
-    @property
-    def size(self) -> int:
-        return self._size
 
     # -- reads ----------------------------------------------------------------------------
     def _what(self, action: str) -> str:

@@ -20,10 +20,11 @@ from mpidist.backend import array_module, as_array, device_of
 from mpidist.core import state
 from mpidist.core.devices import DeviceSpec
 from mpidist.core.user_calls import user_call
-from mpidist.types import Array, ReduceOp, VariableAggregation, VariableSynchronization
+from mpidist.types import Array, ReduceOp, VariableAggregation
 from mpidist.values.containers import DistributedValues
 from mpidist.values.protocols import StrategyProtocol
-from mpidist.values.variables import Casting, Variable, as_aggregation
+from mpidist.values.variable_base import VariableBase
+from mpidist.values.variables import Casting, Variable
 
 __all__ = ["AggregatingVariable", "single_value"]
 
@@ -100,9 +101,10 @@ class AggregatingVariable(Variable):
                 f"{type(variable).__name__} {variable!r}."
             )
         self._v = variable
-        self._distribute_strategy = strategy
-        self._aggregation = as_aggregation(aggregation)
-        self.distributed_container = None
+        # The identity is the wrapped variable's, with this wrapper's aggregation and strategy;
+        # Variable.__init__ is not called: the value lives in the wrapped variable.
+        VariableBase.__init__(self, like=variable, aggregation=aggregation,
+                              distribute_strategy=strategy)
         # Copies on replica devices that lack the value: device -> (run's context, version, copy)
         self._version = 0
         self._read_copies: dict[DeviceSpec | None, tuple[Callable[[], Any], int, Array]] = {}
@@ -110,60 +112,6 @@ class AggregatingVariable(Variable):
     def get(self) -> Variable:
         """The wrapped variable: the one copy (TF's ``AggregatingVariable.get()``)."""
         return self._v
-
-    # -- identity: the wrapped variable's ----------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self._v.name
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._v.dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._v.shape
-
-    @property
-    def ndim(self) -> int:
-        return self._v.ndim
-
-    @property
-    def size(self) -> int:
-        return self._v.size
-
-    @property
-    def device(self) -> str:
-        return self._v.device
-
-    @property
-    def device_spec(self) -> DeviceSpec | None:
-        return self._v.device_spec
-
-    @property
-    def trainable(self) -> bool:
-        return self._v.trainable
-
-    @property
-    def synchronization(self) -> VariableSynchronization:
-        """The synchronization it was created with; it changes nothing here (one copy)."""
-        return self._v.synchronization
-
-    @property
-    def aggregation(self) -> VariableAggregation:
-        return self._aggregation
-
-    @property
-    def distribute_strategy(self) -> Any:
-        return self._distribute_strategy
-
-    def __repr__(self) -> str:
-        try:
-            shown = np.array2string(self.numpy(), separator=", ")
-        except Exception as exc:  # noqa: BLE001 - e.g. a parameter server that is gone
-            shown = f"<unreadable: {exc}>"
-        return (f"<mpidist.AggregatingVariable {self.name!r} shape={self.shape} "
-                f"dtype={self.dtype}, numpy={shown}>")
 
     # -- reads ------------------------------------------------------------------------------
     def current_array(self) -> Any:

@@ -20,6 +20,7 @@ from mpidist.types import Array, ReduceOp, VariableAggregation, VariableSynchron
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
 from mpidist.values.protocols import ReplicaContextProtocol, StrategyProtocol
 from mpidist.values.regroup import select_local
+from mpidist.values.variable_base import VariableBase
 from mpidist.values.variables import Variable
 
 __all__ = ["DistributedVariable", "MirroredVariable", "SyncOnReadVariable",
@@ -40,53 +41,19 @@ class DistributedVariable(DistributedValues, Variable):
     (``ReplicaContextProtocol``: local_replica_id, merge_call) for what it cannot do alone.
     """
 
+    _SYNCHRONIZATION: VariableSynchronization | None = None  # the kind's; None: the copies'
+
     def __init__(self, strategy: StrategyProtocol, components: Sequence[Variable],
                  aggregation: VariableAggregation) -> None:
         # Strategies give every component its device, so no device_spec here is None.
         devices = cast(list[DeviceSpec], [c.device_spec for c in components])
         DistributedValues.__init__(self, components, devices=devices)
-        self._distribute_strategy = strategy
-        self._aggregation = aggregation
-        self.distributed_container = None
+        # The identity is the primary copy's, with the kind's synchronization and its own
+        # aggregation and strategy; Variable.__init__ is not called: there is no local value.
+        VariableBase.__init__(self, like=self._primary, synchronization=self._SYNCHRONIZATION,
+                              aggregation=aggregation, distribute_strategy=strategy)
         for component in components:
             component.distributed_container = self
-
-    # -- identity: the primary component's ------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self._primary.name
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._primary.dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self._primary.shape
-
-    @property
-    def ndim(self) -> int:
-        return self._primary.ndim
-
-    @property
-    def size(self) -> int:
-        return self._primary.size
-
-    @property
-    def device(self) -> str:
-        return self._primary.device
-
-    @property
-    def trainable(self) -> bool:
-        return self._primary.trainable
-
-    @property
-    def aggregation(self) -> VariableAggregation:
-        return self._aggregation
-
-    @property
-    def device_spec(self) -> DeviceSpec | None:
-        return self._primary.device_spec
 
     # -- where are we? --------------------------------------------------------------------
     def _replica_context(self) -> ReplicaContextProtocol | None:
@@ -147,9 +114,7 @@ class MirroredVariable(DistributedVariable):
     ONLY_FIRST_REPLICA applies replica 0's value everywhere.
     """
 
-    @property
-    def synchronization(self) -> VariableSynchronization:
-        return VariableSynchronization.ON_WRITE
+    _SYNCHRONIZATION = VariableSynchronization.ON_WRITE
 
     def current_array(self) -> Array:
         ctx = self._replica_context()
@@ -194,9 +159,7 @@ class SyncOnReadVariable(DistributedVariable):
     """Each replica writes its own copy without communication; reading it in cross-replica
     context aggregates the copies (SUM, MEAN, or ONLY_FIRST_REPLICA's replica 0)."""
 
-    @property
-    def synchronization(self) -> VariableSynchronization:
-        return VariableSynchronization.ON_READ
+    _SYNCHRONIZATION = VariableSynchronization.ON_READ
 
     def _aggregated(self) -> Array:
         components = PerReplica([c.storage for c in self._values], self._devices)

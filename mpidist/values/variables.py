@@ -10,24 +10,22 @@ import contextlib
 import operator
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
-from mpidist.backend import array_module, as_array, copy_to_device, device_of
+from mpidist.backend import array_module, as_array, copy_to_device
 from mpidist.backend.traced import traced_error, traced_kind
 from mpidist.core import state
-from mpidist.core.devices import DeviceSpec, parse_device
+from mpidist.core.devices import DeviceSpec
 from mpidist.core.messages import short_repr
 from mpidist.core.signatures import DType, accepts, check_call
 from mpidist.errors import InvalidArgumentError
 from mpidist.types import Array, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues, PerReplica
 from mpidist.values.indexed_slices import IndexedSlices, row_indices
-
-if TYPE_CHECKING:
-    from mpidist.values.distributed_variables import DistributedVariable
+from mpidist.values.variable_base import VariableBase, as_aggregation, as_synchronization
 
 __all__ = ["Variable", "as_aggregation", "as_synchronization", "initial_array", "Casting",
            "Shape", "record_direct_reads"]
@@ -37,27 +35,6 @@ Casting: TypeAlias = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
 
 Shape: TypeAlias = Sequence[int] | int
 """A shape as users write it: a tuple (or list) of ints, or one int for a 1-D shape."""
-
-
-def as_synchronization(value: VariableSynchronization | int) -> VariableSynchronization:
-    try:
-        return VariableSynchronization(value) if not isinstance(value, VariableSynchronization) else value
-    except ValueError:
-        raise ValueError(
-            f"Invalid variable synchronization mode: {value!r}; use one of "
-            f"{[m.name for m in VariableSynchronization]} from mpidist.VariableSynchronization."
-        ) from None
-
-
-def as_aggregation(value: VariableAggregation | str) -> VariableAggregation:
-    if isinstance(value, VariableAggregation):
-        return value
-    if isinstance(value, str) and value.upper() in VariableAggregation.__members__:
-        return VariableAggregation[value.upper()]
-    raise ValueError(
-        f"Invalid variable aggregation mode: {value!r} for variable; use one of "
-        f"{[m.name for m in VariableAggregation]} from mpidist.VariableAggregation."
-    )
 
 
 # Reads of a variable as a value (``w.numpy()``, ``np.asarray(w)``, ``x @ w``) while
@@ -159,7 +136,7 @@ def initial_array(initial_value: Any, dtype: npt.DTypeLike | None, shape: Shape 
     return arr
 
 
-class Variable(metaclass=_VariableMeta):
+class Variable(VariableBase, metaclass=_VariableMeta):
     """A mutable array with a name, a dtype and a device.
 
     Args:
@@ -172,10 +149,9 @@ class Variable(metaclass=_VariableMeta):
         shape: Expected shape of ``initial_value``; checked when given.
         device: Device string to place the value on (the host when None).
 
-    Attributes:
-        distributed_container: The MirroredVariable / SyncOnReadVariable this variable is one
-            component of (it sets this when it is built), else None. A plain attribute, not a
-            property: ``regroup`` reads it for every value a replica returns.
+    The identity (``name``, ``dtype``, ``shape``, ``device``, ``trainable``,
+    ``synchronization``, ``aggregation``, ``distribute_strategy``, ``distributed_container``)
+    is ``VariableBase``'s; a plain Variable holds its value here, in ``storage``.
     """
 
     _adopted = False  # (class default: distributed variables never adopt storage themselves)
@@ -188,23 +164,21 @@ class Variable(metaclass=_VariableMeta):
                  synchronization: VariableSynchronization | int = VariableSynchronization.AUTO,
                  aggregation: VariableAggregation | str = VariableAggregation.NONE,
                  shape: Shape | None = None, device: str | DeviceSpec | None = None) -> None:
-        synchronization = as_synchronization(synchronization)
-        aggregation = as_aggregation(aggregation)
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"Variable name must be a string, got {name!r}.")
-        device = parse_device(device) if device is not None else None
-        arr = initial_array(initial_value, dtype, shape)
-        self._value = copy_to_device(arr, device)
-        self._device = device if device is not None else device_of(self._value)
-        self._name = f"{name if name is not None else 'Variable'}:0"
-        self._trainable = (
-            synchronization is not VariableSynchronization.ON_READ if trainable is None else bool(trainable)
-        )
-        self._synchronization = synchronization
-        self._aggregation = aggregation
-        self.distributed_container: DistributedVariable | None = None
-        self._distribute_strategy: Any = None
-        self._adopted = False
+        self._init_local(initial_value, trainable, name, dtype, synchronization, aggregation,
+                         shape, device)
+
+    def _init_local(self, initial_value: Any = None, trainable: bool | None = None,
+                    name: str | None = None, dtype: npt.DTypeLike | None = None,
+                    synchronization: VariableSynchronization | int = VariableSynchronization.AUTO,
+                    aggregation: VariableAggregation | str = VariableAggregation.NONE,
+                    shape: Shape | None = None, device: str | DeviceSpec | None = None, *,
+                    distribute_strategy: Any = None) -> None:
+        """``__init__``'s body, with the owning strategy (``plain`` passes it)."""
+        super().__init__(
+            name=f"{name}:0" if isinstance(name, str) else "Variable:0" if name is None else name,
+            trainable=trainable, synchronization=synchronization, aggregation=aggregation,
+            device=device, distribute_strategy=distribute_strategy,
+            value=lambda placed: copy_to_device(initial_array(initial_value, dtype, shape), placed))
 
     @classmethod
     def plain(cls, *args: Any, distribute_strategy: Any = None, **kwargs: Any) -> "Variable":
@@ -217,62 +191,10 @@ class Variable(metaclass=_VariableMeta):
                 ``distribute_strategy`` reports): OneDeviceStrategy's creator passes itself;
                 None (the default) for a variable of no strategy, e.g. a checkpoint's counter.
         """
-        variable = type.__call__(cls, *args, **kwargs)  # type's own call: skips _VariableMeta
-        variable._distribute_strategy = distribute_strategy
+        check_call(Variable.__init__, cls, *args, **kwargs)  # __init__'s checks, then its body
+        variable = cls.__new__(cls)
+        variable._init_local(*args, distribute_strategy=distribute_strategy, **kwargs)
         return variable
-
-    # -- identity -------------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._value.dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self._value.shape)
-
-    @property
-    def ndim(self) -> int:
-        return self._value.ndim
-
-    @property
-    def size(self) -> int:
-        return self._value.size
-
-    @property
-    def device(self) -> str:
-        """Fully qualified device name, e.g. ``/job:localhost/replica:0/task:0/device:CPU:0``."""
-        if self._device is None:
-            return "/job:localhost/replica:0/task:0/device:CPU:0"
-        return str(self._device)
-
-    @property
-    def trainable(self) -> bool:
-        return self._trainable
-
-    @property
-    def synchronization(self) -> VariableSynchronization:
-        return self._synchronization
-
-    @property
-    def aggregation(self) -> VariableAggregation:
-        return self._aggregation
-
-    @property
-    def distribute_strategy(self) -> Any:
-        """The strategy whose scope created this variable (OneDeviceStrategy's, or a
-        distributed variable's), else None: made outside every scope, one component of a
-        distributed variable, or built with ``Variable.plain`` for no strategy."""
-        return self._distribute_strategy
-
-    @property
-    def device_spec(self) -> DeviceSpec | None:
-        """The DeviceSpec this variable's value lives on (``device`` is its string form), or
-        None for a value in host memory that was given no device."""
-        return self._device
 
     # -- reads ----------------------------------------------------------------------------
     def current_array(self) -> Any:
