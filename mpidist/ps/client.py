@@ -3,7 +3,8 @@ read and update variables that live on ps ranks.
 
 Each requesting thread has its own reply tag, so replica threads never take each other's
 replies. A request that waits for its reply is bounded by ``MPIDIST_PS_TIMEOUT``: a server that
-does not answer becomes an UnavailableError naming the task and rank, never a hang. Posted
+does not answer becomes a PSUnavailableError (an UnavailableError) naming the task and rank
+and carrying them, never a hang. Posted
 updates (no reply) are fenced once per server touched, which also returns any error they met.
 """
 
@@ -16,11 +17,11 @@ import numpy as np
 
 from mpidist.config import get_config
 from mpidist.errors import DeadlineExceededError, UnavailableError
+from mpidist.ps.failures import PSUnavailableError
 from mpidist.ps.roles import ClusterRoles
 from mpidist.ps.serialization import loads_error
-from mpidist.ps.server import STATUS_ERROR
 from mpidist.ps.transport import DATA, Transport
-from mpidist.ps.wire import REQUEST_TAG, Op, decode_reply, encode_request
+from mpidist.ps.wire import REQUEST_TAG, Op, Status, decode_reply, encode_request
 
 __all__ = ["PSClient", "current_client", "use_client"]
 
@@ -105,7 +106,8 @@ class PSClient:
         try:
             _, _, buffer = transport.recv(DATA, ps_rank, tag, f"the reply to {what}", on,
                                           self.timeout, "MPIDIST_PS_TIMEOUT")
-            status, nbytes, data = decode_reply(buffer)
+            answer = decode_reply(buffer)
+            nbytes, data = answer.nbytes, answer.data
             if data is None and nbytes:
                 data = np.empty(nbytes, np.uint8)  # the caller's new array (not zeroed first)
                 left = max(self.timeout - (time.monotonic() - start), 1e-3)
@@ -113,7 +115,7 @@ class PSClient:
                                     on, left, "MPIDIST_PS_TIMEOUT")
         except DeadlineExceededError as err:
             raise self.unavailable(ps_rank, what, str(err)) from None
-        if status == STATUS_ERROR:
+        if answer.status is Status.ERROR:
             raise loads_error(bytes(data))
         if not nbytes:
             return None
@@ -126,12 +128,13 @@ class PSClient:
         tag = self.send(ps_rank, op, var_id, params, ids, data, extra)
         return self.reply(ps_rank, tag, dtype, shape, what)
 
-    def unavailable(self, ps_rank: int, what: str, report: str = "") -> UnavailableError:
-        return UnavailableError(
+    def unavailable(self, ps_rank: int, what: str, report: str = "") -> PSUnavailableError:
+        return PSUnavailableError(
             f"parameter server {self.roles.describe(ps_rank)} did not answer within "
             f"{self.timeout:g} s ({what}). A parameter server that fails cannot be replaced: "
             "restart the job and restore the latest checkpoint (docs/ps.md, 'Failures'); "
-            "MPIDIST_PS_TIMEOUT sets the limit." + (f" [{report}]" if report else ""))
+            "MPIDIST_PS_TIMEOUT sets the limit." + (f" [{report}]" if report else ""),
+            ps_rank=ps_rank, task=self.roles.task_name(ps_rank))
 
     def fence(self) -> None:
         """Wait until every update this thread posted has been applied; raises the first error

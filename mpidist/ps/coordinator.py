@@ -17,22 +17,18 @@ from mpidist.config import get_config
 from mpidist.core import nest
 from mpidist.core.function import is_function
 from mpidist.core.messages import short_repr
-from mpidist.errors import UnavailableError
 from mpidist.logs import get_logger
 from mpidist.ps.dispatch import Closure, Dispatcher
+from mpidist.ps.failures import PSUnavailableError
+from mpidist.ps.per_worker import PerWorkerDataset
 from mpidist.ps.remote_value import PerWorkerValues, RemoteValue
-from mpidist.ps.strategy import ParameterServerStrategy
+from mpidist.ps.strategy import ParameterServerStrategy, register_coordinator
 
 __all__ = ["ClusterCoordinator", "PSUnavailableError"]
 
 log = get_logger("mpidist.ps")
 
 _CLOSURE_QUEUE_MAX_SIZE = 256 * 1024  # TF's bound; schedule() blocks when it is reached
-
-
-class PSUnavailableError(UnavailableError):
-    """A parameter server failed: its variables are gone. Restart the job and restore the
-    latest checkpoint (docs/ps.md, 'Failures')."""
 
 
 class ClusterCoordinator:
@@ -110,12 +106,10 @@ class ClusterCoordinator:
         return nest.map_structure(lambda v: v.fetch() if isinstance(v, RemoteValue) else v, val)
 
     # -- per-worker resources -----------------------------------------------------------------
-    def create_per_worker_dataset(self, dataset_fn: Any) -> Any:
+    def create_per_worker_dataset(self, dataset_fn: Any) -> PerWorkerDataset:
         """Build a dataset on every worker from a ``dataset_fn`` (no arguments), an
         ``mpidist.data.Dataset``, or ``strategy.distribute_datasets_from_function(...)``'s
         result. ``iter()`` of the result gives per-worker iterators to pass to ``schedule``."""
-        from mpidist.ps.per_worker import PerWorkerDataset  # noqa: PLC0415 - it builds on this module
-
         return PerWorkerDataset(self, dataset_fn)
 
     def create_per_worker_resources(self, fn: Any, args: Any = None, kwargs: Any = None,
@@ -156,3 +150,8 @@ class ClusterCoordinator:
         """Stop the workers and parameter servers (done at the chief's exit)."""
         self._dispatcher.shutdown(get_config().ps_timeout if timeout is None else timeout)
 
+
+
+# The strategy creates its coordinator when the chief enters its scope (TF does too); it cannot
+# import this module, which builds on it, so this module tells it how.
+register_coordinator(ClusterCoordinator)

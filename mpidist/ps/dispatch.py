@@ -11,7 +11,6 @@ they decide how the job leaves (``service.shutdown_job``).
 
 import collections
 import dataclasses
-import re
 import threading
 import time
 from typing import Any
@@ -21,16 +20,19 @@ from mpidist.core import nest
 from mpidist.core.waiting import join_thread, wait_until
 from mpidist.errors import DeadlineExceededError, UnavailableError
 from mpidist.logs import get_logger
+from mpidist.ps import messages
+from mpidist.ps.client import use_client
+from mpidist.ps.failures import PSUnavailableError
 from mpidist.ps.liveness import announce, ignore_interrupts, loss_report
 from mpidist.ps.remote_value import PerWorkerValues, RemoteValue, result_timeout
-from mpidist.ps.client import use_client
-from mpidist.ps.runtime import Outcome, Tag, TaskRuntime, decode_result, send_control, stop_workers
-from mpidist.ps.serialization import (dumps_error, dumps_function, loads_error, loads_payload,
-                                      unpack_frames)
+from mpidist.ps.runtime import TaskRuntime, stop_workers
+from mpidist.ps.serialization import dumps_error, dumps_function, loads_error, loads_payload, \
+    unpack_frames
 from mpidist.ps.transport import ANY, CTRL, Backoff
+from mpidist.ps.wire import Outcome, Tag
 from mpidist.ps.worker import ResourceRef
 
-__all__ = ["Closure", "Dispatcher", "is_ps_failure"]
+__all__ = ["Closure", "Dispatcher"]
 
 log = get_logger("mpidist.ps")
 
@@ -64,11 +66,6 @@ class _Worker:
     tagged: collections.deque = dataclasses.field(default_factory=collections.deque)
     resources: list[Closure] = dataclasses.field(default_factory=list)
     sent_functions: set[int] = dataclasses.field(default_factory=set)
-
-
-def is_ps_failure(error: BaseException) -> bool:
-    """Whether a closure failed because a parameter server is unreachable (fatal)."""
-    return isinstance(error, UnavailableError) and "parameter server /job:ps" in str(error)
 
 
 class Dispatcher:
@@ -251,9 +248,9 @@ class Dispatcher:
 
         try:
             args, kwargs = nest.map_structure(own, (closure.args, closure.kwargs))
-            send_control(self._runtime.transport, worker.rank, Tag.WORK,
-                         (closure.closure_id, closure.attempt, fn.function_id, payload, args,
-                          kwargs, closure.resource_id, closure.is_dataset_fn))
+            messages.send(self._runtime.transport, worker.rank, messages.Work(
+                closure.closure_id, closure.attempt, fn.function_id, payload, args, kwargs,
+                closure.resource_id, closure.is_dataset_fn))
         except Exception as exc:  # noqa: BLE001 - e.g. arguments that cannot be pickled
             worker.sent_functions.discard(fn.function_id)
             with self._cond:
@@ -272,7 +269,10 @@ class Dispatcher:
         worker.last_seen = time.monotonic()
         if tag != Tag.RESULT:
             return  # heartbeats only refresh last_seen
-        closure_id, attempt, outcome, payload = decode_result(buffer)
+        result = messages.decode(tag, buffer)
+        assert isinstance(result, messages.Result)
+        closure_id, attempt, outcome, payload = (result.closure_id, result.attempt,
+                                                 result.outcome, result.payload)
         value: Any = None
         if outcome == Outcome.OK:
             try:
@@ -309,13 +309,9 @@ class Dispatcher:
                 closure.remote_value.set_error(error)
                 return
             self._failed_resources.add(closure.family)
-        if is_ps_failure(error):
-            from mpidist.ps.coordinator import PSUnavailableError  # noqa: PLC0415 - defined beside the coordinator
-
-            error = PSUnavailableError(str(error))
-            rank = _ps_rank_in(str(error))
-            if rank is not None:
-                self.lost.setdefault(rank, "a parameter server that did not answer")
+        if isinstance(error, PSUnavailableError):  # fatal: its variables are gone
+            if error.ps_rank is not None:
+                self.lost.setdefault(error.ps_rank, "a parameter server that did not answer")
             if self._fatal is None:
                 self._fatal = error
         elif self._error is None:
@@ -378,8 +374,6 @@ class Dispatcher:
     def _fail_ps(self, rank: int, silent: float) -> None:
         """A parameter server stopped its heartbeats: fatal at once (its variables are gone),
         without waiting for a request's MPIDIST_PS_TIMEOUT."""
-        from mpidist.ps.coordinator import PSUnavailableError  # noqa: PLC0415 - defined beside the coordinator
-
         where = self._runtime.roles.describe(rank)
         reason = f"no heartbeat for {silent:.1f} s"
         log.warning("parameter server %s failed (%s)", where, reason)
@@ -389,7 +383,8 @@ class Dispatcher:
                 f"parameter server {where} is gone: {reason} (one every "
                 f"{get_config().ps_heartbeat_seconds:g} s, MPIDIST_PS_HEARTBEAT_SECONDS; three "
                 "missed mark it failed). A parameter server that fails cannot be replaced: "
-                "restart the job and restore the latest checkpoint (docs/ps.md, 'Failures').")
+                "restart the job and restore the latest checkpoint (docs/ps.md, 'Failures').",
+                ps_rank=rank, task=self._runtime.roles.task_name(rank))
         self._cond.notify_all()
 
     def _fail(self, worker: _Worker, reason: str) -> None:
@@ -455,9 +450,3 @@ class Dispatcher:
     def fatal(self) -> BaseException | None:
         """The error that ended the job's use (a failed ps, no worker left), if any."""
         return self._fatal
-
-
-def _ps_rank_in(message: str) -> int | None:
-    """The rank of the parameter server an UnavailableError names."""
-    found = re.search(r"parameter server /job:ps/replica:0/task:\d+ \(rank (\d+)", message)
-    return int(found.group(1)) if found else None

@@ -180,6 +180,14 @@ class ClusterRoles:
         """``"/job:<type>/replica:0/task:<id>"`` (unchecked)."""
         return f"/job:{task_type}/replica:0/task:{task_id}"
 
+    def task_name(self, rank: int) -> str:
+        """TF's name of the task of ``rank``: ``task_name(1)`` is ``"/job:ps/replica:0/task:0"``.
+
+        Raises:
+            ValueError: ``rank`` is not a rank of the job.
+        """
+        return self.task_prefix(*self.task_of(rank))
+
     def describe(self, rank: int | None = None) -> str:
         """``"/job:ps/replica:0/task:0 (rank 1)"`` for ``rank`` (this rank by default), as
         error messages name a task.

@@ -4,10 +4,10 @@ control messages between the chief and the workers (ps-design.md §1, §3).
 ``TaskRuntime.connect(resolver)`` is where a rank joins the job: it works out the roles from
 the cluster resolver, builds the transport (collective over MPI_COMM_WORLD, so every rank of
 the job must get here) and the client for variable requests. ``ChiefPulse`` is the chief's
-heartbeat to the other ranks (``liveness.ChiefWatch`` listens to it).
+heartbeat to the other ranks (``liveness.ChiefWatch`` listens to it). The messages themselves
+are ``messages`` (control channel) and ``wire`` (requests to a ps).
 """
 
-import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -17,66 +17,18 @@ from mpidist.cluster_resolver.agreement import agree_on_cluster
 from mpidist.config import get_config
 from mpidist.errors import DeadlineExceededError
 from mpidist.logs import get_logger
+from mpidist.ps import messages
 from mpidist.ps.client import PSClient, use_client
 from mpidist.ps.faults import Faults
 from mpidist.ps.roles import ClusterRoles, resolve_roles
-from mpidist.ps.serialization import dumps_payload, loads_payload, pack_frames, unpack_frames
-from mpidist.ps.server import HEARTBEAT_TAG
-from mpidist.ps.transport import (CTRL, DATA, LocalFabric, LocalTransport, MPITransport,
-                                  Transport)
-from mpidist.ps.wire import REQUEST_TAG, Op, encode_request
+from mpidist.ps.transport import CTRL, DATA, LocalFabric, LocalTransport, MPITransport, Transport
+from mpidist.ps.wire import REQUEST_TAG, Op, Tag, encode_request
 
-__all__ = ["TaskRuntime", "Tag", "send_control", "decode_control", "INPROCESS", "Outcome",
-           "send_result", "decode_result", "stop_workers", "ChiefPulse"]
+__all__ = ["TaskRuntime", "INPROCESS", "stop_workers", "ChiefPulse"]
 
 log = get_logger("mpidist.ps")
 
 INPROCESS = "inprocess"  # the resolver's rpc_layer that selects an in-process cluster
-
-
-class Tag:
-    """Tags of the control channel (chief <-> workers)."""
-
-    WORK = 1       # chief -> worker: a closure to run
-    RESULT = 2     # worker -> chief: its result or error
-    HEARTBEAT = HEARTBEAT_TAG  # worker or ps -> chief, chief -> worker: alive
-    HELLO = 4      # worker -> chief, once: ready, with its local device count
-    SHUTDOWN = 5   # chief -> worker: stop serving
-    BYE = 6        # worker -> chief: stopped
-
-
-class Outcome:
-    """How a closure ended, as its RESULT message says."""
-
-    OK = 0
-    ERROR = 1
-    PREEMPTED = 2  # a worker failure: the chief runs the closure again elsewhere
-    STUCK = 3      # past MPIDIST_PS_CLOSURE_TIMEOUT: the closure fails, its worker is abandoned
-
-
-_RESULT = struct.Struct("<3q")
-
-
-def send_result(transport: Transport, dest: int, closure_id: int, attempt: int, outcome: int,
-                payload: Any) -> None:
-    """A closure's RESULT: a fixed header the chief always reads, then the payload (the value's
-    frames, or an error) that it unpickles separately, so a result it cannot unpickle still
-    fails its own closure instead of going missing."""
-    transport.send(CTRL, dest, Tag.RESULT,
-                   b"".join((_RESULT.pack(closure_id, attempt, outcome), payload)))
-
-
-def decode_result(buffer: Any) -> tuple[int, int, int, memoryview]:
-    closure_id, attempt, outcome = _RESULT.unpack_from(buffer)
-    return closure_id, attempt, outcome, memoryview(buffer)[_RESULT.size:]
-
-
-def send_control(transport: Transport, dest: int, tag: int, obj: Any) -> None:
-    transport.send(CTRL, dest, tag, pack_frames(dumps_payload(obj)))
-
-
-def decode_control(buffer: Any) -> Any:
-    return loads_payload(unpack_frames(buffer))
 
 
 def stop_workers(transport: Transport, roles: ClusterRoles, waiting_for: Sequence[int],
@@ -86,7 +38,7 @@ def stop_workers(transport: Transport, roles: ClusterRoles, waiting_for: Sequenc
     ``finalize`` False tells them a rank is lost: leave without MPI_Finalize. A send never
     blocks (``Transport.send``), so a dead worker cannot hold the chief here."""
     for rank in roles.worker_ranks:
-        send_control(transport, rank, Tag.SHUTDOWN, {"finalize": finalize})
+        messages.send(transport, rank, messages.Shutdown(finalize))
     end = time.monotonic() + timeout
     for rank in waiting_for:
         where = roles.describe(rank)
@@ -116,7 +68,7 @@ class ChiefPulse:
         while not self._stop.wait(interval):  # wait-ok: the pulse's period, until stop()
             for rank in self._roles.worker_ranks:
                 if rank not in self.skip:
-                    send_control(self._transport, rank, Tag.HEARTBEAT, None)
+                    messages.send(self._transport, rank, messages.Heartbeat())
             for rank in self._roles.ps_ranks:
                 if rank not in self.skip:
                     self._transport.send(DATA, rank, REQUEST_TAG, self._ping)
@@ -156,14 +108,16 @@ def _inprocess_position(resolver: Any) -> tuple[str, int, int]:
 
 
 class TaskRuntime:
-    """What a rank of a parameter-server job holds: roles, transport, client, faults."""
+    """What a rank of a parameter-server job holds: roles, transport, client, and the fault
+    injector (``faults``: None unless ``MPIDIST_PS_FAULTS`` or a test sets one)."""
 
-    def __init__(self, roles: ClusterRoles, transport: Transport, resolver: Any) -> None:
+    def __init__(self, roles: ClusterRoles, transport: Transport, resolver: Any,
+                 faults: Faults | None = None) -> None:
         self.roles = roles
         self.transport = transport
         self.resolver = resolver
         self.client = PSClient(transport, roles)
-        self.faults = Faults.from_config()
+        self.faults = faults if faults is not None else Faults.from_config().or_none()
         self.pulse: ChiefPulse | None = None  # the chief's heartbeat (start_chief)
         self.ended = False  # the chief has shut the job down (service.shutdown_job)
         # A rank of an MPI job is one process; simulated ranks are threads of one process.

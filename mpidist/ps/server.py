@@ -24,20 +24,18 @@ from mpidist.core.waiting import wait_until
 from mpidist.errors import DeadlineExceededError
 from mpidist.kernels import optimizers as fused_kernels
 from mpidist.logs import get_logger
+from mpidist.ps import messages
 from mpidist.ps.faults import Faults
 from mpidist.ps.roles import ClusterRoles
 from mpidist.ps.liveness import ChiefWatch
 from mpidist.ps.serialization import dumps_error
-from mpidist.ps.transport import ANY, CTRL, DATA, Backoff, Transport
-from mpidist.ps.wire import REQUEST_TAG, Op, Request, decode_request, encode_reply, unpack_dtype
+from mpidist.ps.transport import ANY, DATA, Backoff, Transport
+from mpidist.ps.wire import (REQUEST_TAG, Op, Request, Status, decode_request, encode_reply,
+                             unpack_dtype)
 
-__all__ = ["ParameterServer", "STATUS_OK", "STATUS_ERROR"]
+__all__ = ["ParameterServer"]
 
 log = get_logger("mpidist.ps")
-
-STATUS_OK = 0
-STATUS_ERROR = 1
-HEARTBEAT_TAG = 3  # runtime.Tag.HEARTBEAT (the control channel's; runtime imports this module)
 
 
 class ParameterServer:
@@ -47,7 +45,8 @@ class ParameterServer:
                  ) -> None:
         self._transport = transport
         self._roles = roles
-        self._faults = faults or Faults.none()
+        self._faults = faults  # the fault-injection seam; None: nothing is injected
+        self._watch = ChiefWatch(roles)
         self._store: dict[int, np.ndarray] = {}
         self._posted_errors: dict[int, bytes] = {}  # requester rank -> first error since its fence
         self.requests_served = 0
@@ -73,7 +72,7 @@ class ParameterServer:
         backoff = Backoff()
         transport = self._transport
         chief = self._roles.chief_rank
-        watch = ChiefWatch(self._roles)
+        watch = self._watch = ChiefWatch(self._roles)
         task_id = self._roles.task_of(transport.rank)[1]
         idle_checks = 0
         beating = threading.Event()
@@ -90,7 +89,7 @@ class ParameterServer:
         injected hang keeps them: the process is alive, only its answers stop."""
         interval = get_config().ps_heartbeat_seconds
         while not stop.wait(interval):  # wait-ok: the heartbeat period, until serve() returns
-            self._transport.send(CTRL, self._roles.chief_rank, HEARTBEAT_TAG, b"")
+            messages.send(self._transport, self._roles.chief_rank, messages.Heartbeat())
 
     def _serve(self, transport: Transport, chief: int, watch: ChiefWatch, task_id: int,
                backoff: Backoff, idle_checks: int) -> None:
@@ -113,15 +112,15 @@ class ParameterServer:
                     self.finalize = not request.extra
                     log.debug("%s: shutdown after %d requests", self.where, self.requests_served)
                     return
-            if self._faults.ps_hangs(task_id, self.requests_served):
-                self._hang(watch)
+            faults = self._faults
+            if faults is not None and faults.ps_request(self, task_id, self.requests_served):
                 return
             self._handle(source, request)
 
-    def _hang(self, watch: ChiefWatch) -> None:
-        """Injected fault: stop answering (a wedged server) until the chief shuts the job down
-        (or is gone)."""
-        log.warning("%s: injected fault: hanging", self.where)
+    def wait_for_shutdown(self, what: str) -> None:
+        """Answer nothing (a wedged server) until the chief's SHUTDOWN, which is obeyed;
+        ChiefGoneError when the chief is gone (an injected hang: ``faults``)."""
+        watch = self._watch
 
         def shutdown() -> bool:
             got = self._transport.try_recv(DATA, self._roles.chief_rank, REQUEST_TAG)
@@ -134,7 +133,7 @@ class ParameterServer:
                 return True
             return False
 
-        watch.until(shutdown, "the chief's SHUTDOWN (an injected hang)")
+        watch.until(shutdown, what)
 
     def _handle(self, source: int, request: Request) -> None:
         self.requests_served += 1
@@ -151,7 +150,7 @@ class ParameterServer:
                 return
         if request.op == Op.FENCE:
             error = self._posted_errors.pop(source, None)
-            self._reply(source, request, STATUS_ERROR if error else STATUS_OK, error)
+            self._reply(source, request, Status.ERROR if error else Status.OK, error)
             return
         try:
             handler = self._handlers.get(request.op)  # (IntEnum keys match plain ints)
@@ -161,12 +160,12 @@ class ParameterServer:
         except Exception as exc:  # noqa: BLE001 - any failure goes back to the requester
             error = dumps_error(exc, self.where)
             if request.reply_tag:
-                self._reply(source, request, STATUS_ERROR, error)
+                self._reply(source, request, Status.ERROR, error)
             else:
                 self._posted_errors.setdefault(source, error)
             return
         if request.reply_tag:
-            self._reply(source, request, STATUS_OK, result)
+            self._reply(source, request, Status.OK, result)
 
     def _payload_buffer(self, nbytes: int) -> np.ndarray:
         """A reused buffer for a large incoming payload (every operation consumes its payload
@@ -175,7 +174,7 @@ class ParameterServer:
             self._scratch = np.empty(max(nbytes, 2 * self._scratch.nbytes), np.uint8)
         return self._scratch[:nbytes]
 
-    def _reply(self, dest: int, request: Request, status: int, data: Any) -> None:
+    def _reply(self, dest: int, request: Request, status: Status, data: Any) -> None:
         if not request.reply_tag:
             return
         first, second = encode_reply(status, data)

@@ -3,8 +3,12 @@ by the chief onto worker ranks with ``ClusterCoordinator`` (spec §9, docs/ps.md
 
 The same program runs on every rank. The chief (rank 0) is the coordinator: it creates the
 variables and schedules closures. A ps or worker rank that constructs the strategy serves its
-role until the chief shuts the job down, then raises ``SystemExit(0)``; TF's idiom
+role there (``serving.run_task``, what ``mpidist.Server(...).join()`` runs too) until the chief
+shuts the job down, then raises ``SystemExit(0)``; TF's idiom
 ``if task_type in ("worker", "ps"): mpidist.Server(...).join()`` works too.
+
+The coordinator and ``mpidist.Server`` build on this module, never the reverse: the
+ClusterCoordinator type is registered here by its module (``register_coordinator``).
 """
 
 import atexit
@@ -22,6 +26,7 @@ from mpidist.data.options import InputContext
 from mpidist.ps.client import current_client
 from mpidist.ps.partitioners import prepare_initial_value, shard_initial_values, shard_rows
 from mpidist.ps.runtime import ChiefPulse, TaskRuntime
+from mpidist.ps.serving import await_workers, run_task, shutdown_job
 from mpidist.ps.transport import MPITransport
 from mpidist.ps.updates import PARAMETER_SERVER_UPDATES
 from mpidist.ps.sharded_variable import ShardedVariable
@@ -32,7 +37,16 @@ from mpidist.types import VariableAggregation, VariableSynchronization
 from mpidist.values.variables import Variable, as_aggregation, as_synchronization, initial_array
 
 __all__ = ["ParameterServerStrategy", "ParameterServerExtended", "task_strategy",
-           "DatasetsFromFunction", "refuse_local_devices"]
+           "DatasetsFromFunction", "refuse_local_devices", "register_coordinator"]
+
+# ClusterCoordinator, which builds on this module: ``mpidist.ps.coordinator`` registers it when
+# imported (``import mpidist`` does), so the chief's ``scope()`` can create it as TF's does.
+_coordinator_type: list[Callable[["ParameterServerStrategy"], Any]] = []
+
+
+def register_coordinator(coordinator_type: Callable[["ParameterServerStrategy"], Any]) -> None:
+    """Tell the strategy how to create its ClusterCoordinator (called by its module)."""
+    _coordinator_type[:] = [coordinator_type]
 
 
 class DatasetsFromFunction:
@@ -104,9 +118,9 @@ class ParameterServerStrategy(Strategy):
         runtime = TaskRuntime.connect(resolver)
         self._build(runtime, variable_partitioner)
         if runtime.task_type != "chief":
-            from mpidist.ps.service import serve_task  # noqa: PLC0415 - the service imports this module
-
-            serve_task(runtime, self)
+            # A ps or worker rank serves here, as mpidist.Server(...).join() would, and the
+            # program ends with the job: nothing after the constructor runs on this rank.
+            run_task(runtime, self)
             raise SystemExit(0)
         self.extended.start_chief()
 
@@ -133,10 +147,8 @@ class ParameterServerStrategy(Strategy):
     def scope(self) -> Any:
         """Enter the strategy's scope; on the chief this also creates the ClusterCoordinator
         (TF does the same)."""
-        if self.extended.is_chief:
-            from mpidist.ps.coordinator import ClusterCoordinator  # noqa: PLC0415 - built on the coordinator only
-
-            ClusterCoordinator(self)
+        if self.extended.is_chief and self.extended.coordinator is None and _coordinator_type:
+            _coordinator_type[0](self)
         return super().scope()
 
     def __reduce__(self) -> tuple[Callable[[], "ParameterServerStrategy"], tuple]:
@@ -210,8 +222,6 @@ class ParameterServerExtended(OneDeviceExtended):
 
     def start_chief(self) -> None:
         """On the chief: wait until every worker reported in, and end the job at exit."""
-        from mpidist.ps.service import await_workers, shutdown_job  # noqa: PLC0415 - see __init__
-
         await_workers(self._runtime)
         self._runtime.pulse = ChiefPulse(self._runtime.transport, self._runtime.roles)
         if isinstance(self._runtime.transport, MPITransport):  # an in-process cluster stops itself

@@ -1,4 +1,6 @@
-"""The request/reply format between a rank and a parameter server (ps-design.md §2.4).
+"""The wire of a parameter-server job: its enums (``Op``, ``Tag``, ``Outcome``, ``Status``) and the
+request/reply format between a rank and a parameter server (ps-design.md §2.4). The control
+messages between the chief and the workers are in ``messages``.
 
 A request is one buffer: an int64[8] header, then ``n_params`` float64 parameters (learning
 rate, betas...), ``n_ids`` int64 ids (a shape, rows, slot variable ids), then the data bytes.
@@ -8,14 +10,16 @@ int64[4] header (status, nbytes, inline, spare) and the data the same way. Array
 bytes, never pickled; the receiver knows the dtype and shape of what it asked for.
 """
 
+import dataclasses
 import enum
 import struct
-from typing import Any, NamedTuple
+from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["Op", "INLINE_BYTES", "REQUEST_TAG", "Request", "encode_request", "decode_request",
-           "encode_reply", "decode_reply", "pack_dtype", "unpack_dtype"]
+__all__ = ["Op", "Tag", "Outcome", "Status", "INLINE_BYTES", "REQUEST_TAG", "Request", "Reply",
+           "encode_request", "decode_request", "encode_reply", "decode_reply", "pack_dtype",
+           "unpack_dtype"]
 
 INLINE_BYTES = 16 * 1024  # measured: packing helps at 4 KiB, costs a copy at 4 MiB
 REQUEST_TAG = 1           # requests to a parameter server; replies use the requester's own tag
@@ -45,8 +49,53 @@ class Op(enum.IntEnum):
     PING = 18        # the chief's heartbeat to a ps (posted, no reply)
 
 
-class Request(NamedTuple):
-    op: int
+class Tag(enum.IntEnum):
+    """Tags of the control channel (chief <-> workers; a ps's heartbeat to the chief)."""
+
+    WORK = 1       # chief -> worker: a closure to run (messages.Work)
+    RESULT = 2     # worker -> chief: its result or error (messages.Result)
+    HEARTBEAT = 3  # worker or ps -> chief, chief -> worker: alive (messages.Heartbeat)
+    HELLO = 4      # worker -> chief, once: ready, with its local device count (messages.Hello)
+    SHUTDOWN = 5   # chief -> worker: stop serving (messages.Shutdown)
+    BYE = 6        # worker -> chief: stopped (messages.Bye)
+
+
+class Outcome(enum.IntEnum):
+    """How a closure ended, as its RESULT message says."""
+
+    OK = 0
+    ERROR = 1
+    PREEMPTED = 2  # a worker failure: the chief runs the closure again elsewhere
+    STUCK = 3      # past MPIDIST_PS_CLOSURE_TIMEOUT: the closure fails, its worker is abandoned
+
+
+class Status(enum.IntEnum):
+    """How a parameter server answers a request, as its reply's header says."""
+
+    OK = 0
+    ERROR = 1      # the data is the error, for serialization.loads_error
+
+
+_STATUSES = tuple(Status)  # indexed by value: cheaper than Status(value) on every reply
+
+
+_Message = TypeVar("_Message")
+
+
+def _made(cls: type[_Message], **fields: Any) -> _Message:
+    """A frozen dataclass instance filled without its ``__init__``: decoding is on every
+    request's path, where the frozen ``__init__`` costs 1.1 µs (8 fields) against 0.4 here
+    and 0.27 for a NamedTuple (measured), on reads of 12 µs."""
+    message = object.__new__(cls)
+    message.__dict__.update(fields)
+    return message
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """A request to a parameter server, as the server decodes it."""
+
+    op: int          # an Op
     var_id: int
     reply_tag: int   # 0: posted, no reply
     params: Any      # float64 array
@@ -54,6 +103,15 @@ class Request(NamedTuple):
     data: Any        # memoryview of the inline data, or None when it follows
     nbytes: int
     extra: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """A parameter server's answer, as the requester decodes it."""
+
+    status: Status
+    nbytes: int
+    data: Any        # memoryview of the inline data, or None when it follows (nbytes of it)
 
 
 def pack_dtype(dtype: np.dtype) -> int:
@@ -95,10 +153,11 @@ def decode_request(buffer: Any) -> Request:
     ids = np.frombuffer(buffer, np.int64, n_ids, offset) if n_ids else _NO_IDS
     offset += 8 * n_ids
     data = memoryview(buffer)[offset:offset + nbytes] if inline else None
-    return Request(op, var_id, reply_tag, params, ids, data, nbytes, extra)
+    return _made(Request, op=op, var_id=var_id, reply_tag=reply_tag, params=params, ids=ids,
+                 data=data, nbytes=nbytes, extra=extra)
 
 
-def encode_reply(status: int, data: Any = None) -> tuple[Any, Any]:
+def encode_reply(status: Status, data: Any = None) -> tuple[Any, Any]:
     view = None if data is None else memoryview(data).cast("B")
     nbytes = 0 if view is None else view.nbytes
     inline = nbytes <= INLINE_BYTES
@@ -110,8 +169,7 @@ def encode_reply(status: int, data: Any = None) -> tuple[Any, Any]:
     return header, view
 
 
-def decode_reply(buffer: Any) -> tuple[int, int, Any]:
-    """(status, nbytes, inline data or None when it follows)."""
+def decode_reply(buffer: Any) -> Reply:
     status, nbytes, inline, _ = _REPLY.unpack_from(buffer)
     data = memoryview(buffer)[_REPLY.size:_REPLY.size + nbytes] if inline else None
-    return status, nbytes, data
+    return _made(Reply, status=_STATUSES[status], nbytes=nbytes, data=data)

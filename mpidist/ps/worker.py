@@ -14,7 +14,6 @@ leaves the process at the chief's SHUTDOWN).
 """
 
 import dataclasses
-import os
 import threading
 import time
 from typing import Any
@@ -22,14 +21,15 @@ from typing import Any
 from mpidist.config import get_config
 from mpidist.core import nest
 from mpidist.core.waiting import Wait
-from mpidist.errors import UnavailableError
 from mpidist.logs import get_logger
+from mpidist.ps import messages
 from mpidist.ps.liveness import ChiefGoneError, ChiefWatch, leave_without_finalize
-from mpidist.ps.runtime import Outcome, Tag, TaskRuntime, decode_control, send_control, send_result
+from mpidist.ps.runtime import TaskRuntime
 from mpidist.ps.serialization import dumps_error, dumps_payload, loads_function, pack_frames
 from mpidist.ps.sharded_variable import ShardedVariable
 from mpidist.values.variables import Variable
 from mpidist.ps.transport import ANY, CTRL, Backoff
+from mpidist.ps.wire import Outcome, Tag
 
 __all__ = ["WorkerLoop", "ResourceRef", "worker_index", "num_workers"]
 
@@ -90,9 +90,17 @@ class WorkerLoop:
         self._shutdown: Any = None  # a SHUTDOWN the watchdog took while a closure ran
         self.finalize = True  # False when the chief's SHUTDOWN says a rank of the job is lost
 
+    @property
+    def where(self) -> str:
+        return self._runtime.where
+
+    def _send(self, message: messages.ControlMessage) -> None:
+        messages.send(self._runtime.transport, self._chief, message)
+
     def serve(self) -> None:
         transport = self._runtime.transport
-        send_control(transport, self._chief, Tag.HELLO, (self._task_id, self._local_gpus()))
+        faults = self._runtime.faults  # the fault-injection seam; None: nothing is injected
+        self._send(messages.Hello(self._task_id, self._local_gpus()))
         watchdog = threading.Thread(target=self._watchdog, daemon=True,
                                     name=f"mpidist-worker-watchdog-{self._task_id}")
         watchdog.start()
@@ -115,18 +123,25 @@ class WorkerLoop:
                     self._on_shutdown(buffer)
                     return
                 if tag == Tag.WORK and not self._abandoned:
-                    if self._runtime.faults.worker_hangs(self._task_id, self._closures_done):
-                        self._hang()
+                    if faults is not None and faults.worker_work(self, self._task_id,
+                                                                 self._closures_done):
                         return
-                    self._run(decode_control(buffer))
+                    work = messages.decode(tag, buffer)
+                    assert isinstance(work, messages.Work)
+                    self._run(work)
         finally:
             self._stop_watchdog.set()
-            send_control(transport, self._chief, Tag.BYE, self._task_id)
+            self._send(messages.Bye(self._task_id))
 
     def _on_shutdown(self, buffer: Any) -> None:
-        word = decode_control(buffer)
-        if isinstance(word, dict) and not word.get("finalize", True):
+        if not self._shutdown_word(buffer).finalize:
             self.finalize = False
+
+    @staticmethod
+    def _shutdown_word(buffer: Any) -> messages.Shutdown:
+        word = messages.decode(Tag.SHUTDOWN, buffer)
+        assert isinstance(word, messages.Shutdown)
+        return word
 
     def _local_gpus(self) -> int:
         counts = self._runtime.resolver.num_accelerators()
@@ -137,7 +152,7 @@ class WorkerLoop:
         interval = get_config().ps_heartbeat_seconds
         transport = self._runtime.transport
         while not self._stop_watchdog.wait(interval):  # wait-ok: the heartbeat period
-            send_control(transport, self._chief, Tag.HEARTBEAT, self._task_id)
+            self._send(messages.Heartbeat())
             # Only the chief's heartbeats: the main thread takes every other message.
             while transport.try_recv(CTRL, self._chief, Tag.HEARTBEAT) is not None:
                 self._watch.heard()
@@ -158,10 +173,9 @@ class WorkerLoop:
         """The chief ended the job while this worker's main thread may be inside a closure
         (waiting on a lost ps, say): a job that lost a rank is left at once (no MPI_Finalize);
         a normal shutdown is handed to the main loop."""
-        word = decode_control(buffer)
-        lost = isinstance(word, dict) and not word.get("finalize", True)
+        lost = not self._shutdown_word(buffer).finalize
         if lost and self._runtime.transport.owns_process:
-            send_control(self._runtime.transport, self._chief, Tag.BYE, self._task_id)
+            self._send(messages.Bye(self._task_id))
             self._runtime.transport.close(1.0)
             leave_without_finalize(1)
         self._shutdown = buffer
@@ -180,8 +194,8 @@ class WorkerLoop:
                       f"did not return: {error.args[0]} {self._runtime.where} is abandoned: it "
                       "runs no more functions and leaves the job at its end.",)
         log.warning("%s", error)
-        send_result(self._runtime.transport, self._chief, running.closure_id, running.attempt,
-                    Outcome.STUCK, dumps_error(error, self._runtime.where))
+        self._send(messages.Result(running.closure_id, running.attempt, Outcome.STUCK,
+                                   dumps_error(error, self._runtime.where)))
         if self._runtime.transport.owns_process:
             threading.Thread(target=self._leave_at_shutdown, daemon=True,
                              name=f"mpidist-worker-abandoned-{self._task_id}").start()
@@ -202,16 +216,15 @@ class WorkerLoop:
             self._watch.until(ready, "the chief's SHUTDOWN (an abandoned worker)", poll=0.05)
         except ChiefGoneError as gone:
             leave_without_finalize(1, str(gone))
-        send_control(transport, self._chief, Tag.BYE, self._task_id)
+        self._send(messages.Bye(self._task_id))
         transport.close(1.0)
         leave_without_finalize(1, f"{self._runtime.where} was abandoned with a scheduled "
                                   "function still running (MPIDIST_PS_CLOSURE_TIMEOUT): it leaves "
                                   "with exit code 1.")
 
-    def _hang(self) -> None:
-        """Injected fault: stop heartbeats and answers until the chief shuts the job down (or
-        is gone)."""
-        log.warning("%s: injected fault: hanging", self._runtime.where)
+    def wait_for_shutdown(self, what: str) -> None:
+        """Stop heartbeats and answers until the chief's SHUTDOWN, which is obeyed;
+        ChiefGoneError when the chief is gone (an injected hang: ``faults``)."""
         self._stop_watchdog.set()
         transport = self._runtime.transport
 
@@ -225,7 +238,7 @@ class WorkerLoop:
                 return True
             return False
 
-        self._watch.until(shutdown, "the chief's SHUTDOWN (an injected hang)", poll=0.01)
+        self._watch.until(shutdown, what, poll=0.01)
 
     def _function(self, fn_id: int, payload: bytes | None) -> Any:
         if payload is not None:
@@ -235,32 +248,38 @@ class WorkerLoop:
     def _resolve(self, value: Any) -> Any:
         return self._resources[value.resource_id] if isinstance(value, ResourceRef) else value
 
-    def _run(self, work: tuple) -> None:
-        closure_id, attempt, fn_id, payload, args, kwargs, resource_id, is_dataset_fn = work
+    def forget(self) -> None:
+        """Drop cached functions and per-worker resources (an injected preemption: a restarted
+        process has neither)."""
+        self._functions.clear()
+        self._resources.clear()
+
+    def _run(self, work: messages.Work) -> None:
+        closure_id, attempt = work.closure_id, work.attempt
         runtime = self._runtime
         extended = self._strategy.extended
         _context.task_id, _context.num_workers = self._task_id, runtime.roles.num_workers
         self._closures_started += 1
         runtime.client.closure = self._closures_started
         try:
-            fn = self._function(fn_id, payload)
+            fn = self._function(work.function_id, work.function)
             with self._lock:
                 self._running = _Running(closure_id, attempt, _function_name(fn), Wait(
                     f"the scheduled function {_function_name(fn)!r} (closure {closure_id}) to "
                     "return", runtime.where, get_config().ps_closure_timeout,
                     setting="MPIDIST_PS_CLOSURE_TIMEOUT"))
-            args, kwargs = nest.map_structure(self._resolve, (tuple(args), dict(kwargs)))
-            extended.in_dataset_fn = is_dataset_fn
+            args, kwargs = nest.map_structure(self._resolve, (tuple(work.args), dict(work.kwargs)))
+            extended.in_dataset_fn = work.is_dataset_fn
             try:
                 with self._strategy.scope():
                     value = fn(*args, **kwargs)
             finally:
                 extended.in_dataset_fn = False
             runtime.client.fence()
-            if resource_id:
-                self._resources[resource_id] = value
+            if work.resource_id:
+                self._resources[work.resource_id] = value
                 value = None
-            outcome: tuple = (Outcome.OK, self._serialized(value))
+            outcome: tuple[Outcome, bytes] = (Outcome.OK, self._serialized(value))
         except Exception as exc:  # noqa: BLE001 - every error of a closure goes to the chief
             try:
                 runtime.client.fence()
@@ -272,11 +291,11 @@ class WorkerLoop:
         runtime.client.closure = 0
         if running is not None and running.reported:
             return  # failed by the watchdog already: the chief has moved on
-        fault = runtime.faults.for_closure(closure_id, attempt)
-        if fault is not None:
-            outcome = self._inject(fault, closure_id)
+        faults = runtime.faults
+        if faults is not None:
+            outcome = faults.closure_done(self, closure_id, attempt) or outcome
         self._closures_done += 1
-        send_result(runtime.transport, self._chief, closure_id, attempt, *outcome)
+        self._send(messages.Result(closure_id, attempt, *outcome))
 
     @staticmethod
     def _serialized(value: Any) -> bytes:
@@ -291,19 +310,6 @@ class WorkerLoop:
             raise TypeError(f"The value the scheduled function returned cannot be sent to the "
                             f"coordinator ({type(exc).__name__}: {exc}); return arrays, numbers or "
                             "structures of them.") from exc
-
-    def _inject(self, fault: Any, closure_id: int) -> tuple:
-        where = self._runtime.where
-        if fault.action == "exit":
-            log.warning("%s: injected fault: exiting during closure %d", where, closure_id)
-            os._exit(3)
-        log.warning("%s: injected fault: preempted during closure %d", where, closure_id)
-        self._functions.clear()   # a restarted process has neither functions nor resources
-        self._resources.clear()
-        time.sleep(fault.seconds)
-        error = UnavailableError(f"{where} was preempted while running closure {closure_id} "
-                                 "(injected by MPIDIST_PS_FAULTS)")
-        return Outcome.PREEMPTED, dumps_error(error, where)
 
 
 def _function_name(fn: Any) -> str:
