@@ -133,7 +133,9 @@ def test_the_gate_fails_a_missing_gpu_where_one_is_required(suite):
 
 
 def _collected(*args):
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+    # -P: the checkout (the working directory) stays off sys.path, so an installed mpidist is
+    # the one imported where the tests run against an installed copy (.ci/run's second stage).
+    proc = subprocess.run([sys.executable, "-P", "-m", "pytest", "-p", "no:cacheprovider",
                            "--collect-only", "-q", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=240)
     assert proc.returncode in (0, 5), proc.stdout[-3000:] + proc.stderr[-3000:]
