@@ -13,7 +13,7 @@ bytes, never pickled; the receiver knows the dtype and shape of what it asked fo
 import dataclasses
 import enum
 import struct
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -79,21 +79,12 @@ class Status(enum.IntEnum):
 _STATUSES = tuple(Status)  # indexed by value: cheaper than Status(value) on every reply
 
 
-_Message = TypeVar("_Message")
-
-
-def _made(cls: type[_Message], **fields: Any) -> _Message:
-    """A frozen dataclass instance filled without its ``__init__``: decoding is on every
-    request's path, where the frozen ``__init__`` costs 1.1 µs (8 fields) against 0.4 here
-    and 0.27 for a NamedTuple (measured), on reads of 12 µs."""
-    message = object.__new__(cls)
-    message.__dict__.update(fields)
-    return message
-
-
-@dataclasses.dataclass(frozen=True)
+# Request and Reply are decoded on every request's path (a 4 KiB read takes 12 µs), so they
+# are slotted dataclasses that nothing changes, not frozen ones: a frozen __init__ costs
+# 1.1 µs for Request's 8 fields against 0.45 slotted and 0.27 for a NamedTuple (measured).
+@dataclasses.dataclass(slots=True)
 class Request:
-    """A request to a parameter server, as the server decodes it."""
+    """A request to a parameter server, as the server decodes it (read-only by convention)."""
 
     op: int          # an Op
     var_id: int
@@ -105,9 +96,9 @@ class Request:
     extra: int
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class Reply:
-    """A parameter server's answer, as the requester decodes it."""
+    """A parameter server's answer, as the requester decodes it (read-only by convention)."""
 
     status: Status
     nbytes: int
@@ -153,8 +144,7 @@ def decode_request(buffer: Any) -> Request:
     ids = np.frombuffer(buffer, np.int64, n_ids, offset) if n_ids else _NO_IDS
     offset += 8 * n_ids
     data = memoryview(buffer)[offset:offset + nbytes] if inline else None
-    return _made(Request, op=op, var_id=var_id, reply_tag=reply_tag, params=params, ids=ids,
-                 data=data, nbytes=nbytes, extra=extra)
+    return Request(op, var_id, reply_tag, params, ids, data, nbytes, extra)
 
 
 def encode_reply(status: Status, data: Any = None) -> tuple[Any, Any]:
@@ -172,4 +162,4 @@ def encode_reply(status: Status, data: Any = None) -> tuple[Any, Any]:
 def decode_reply(buffer: Any) -> Reply:
     status, nbytes, inline, _ = _REPLY.unpack_from(buffer)
     data = memoryview(buffer)[_REPLY.size:_REPLY.size + nbytes] if inline else None
-    return _made(Reply, status=_STATUSES[status], nbytes=nbytes, data=data)
+    return Reply(_STATUSES[status], nbytes, data)
