@@ -6,7 +6,7 @@ Every wait of the user's thread goes through ``mpidist.core.waiting``: ``join`` 
 closures keep finishing (its deadline, ``max(MPIDIST_WAIT_TIMEOUT, MPIDIST_PS_CLOSURE_TIMEOUT)``,
 restarts at each one), so a long job that moves is never cut and one that stops is reported.
 ``lost`` names the ranks the job lost (dead, silent or stuck workers; a failed ps): at the end
-they decide how the job leaves (``service.shutdown_job``).
+they decide how the job leaves (``serving.shutdown_job``).
 """
 
 import collections

@@ -119,7 +119,7 @@ class TaskRuntime:
         self.client = PSClient(transport, roles)
         self.faults = faults if faults is not None else Faults.from_config().or_none()
         self.pulse: ChiefPulse | None = None  # the chief's heartbeat (start_chief)
-        self.ended = False  # the chief has shut the job down (service.shutdown_job)
+        self.ended = False  # the chief has shut the job down (serving.shutdown_job)
         # A rank of an MPI job is one process; simulated ranks are threads of one process.
         use_client(self.client, process_wide=not isinstance(transport, LocalTransport))
 
