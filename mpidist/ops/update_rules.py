@@ -13,7 +13,7 @@ A step goes through three stages, each written once:
 1. ``rule.coefficients(lr, step)``: the step's scalars as Python floats, computed once per step
    (Adam's bias-corrected ``alpha``). They are also what travels to a parameter server.
 2. ``Rule.cast(coefficients, dtype)``: the scalars in the variable's dtype, as the NumPy code
-   casts them (``w.dtype.type(lr)``); flags stay booleans.
+   casts them (``w.dtype.type(lr)``); a flag (Nesterov's) becomes a bool.
 3. ``Rule.formula(w, g, slots, cast)`` (one variable, returns its new values) or
    ``Rule.fused(w, g, slots, cast)`` (flat arenas, in place).
 """
@@ -66,14 +66,13 @@ class UpdateRule:
 
     name: ClassVar[str]
     kernel: ClassVar[str]  # the fused kernel's name in mpidist.kernels.optimizers
-    flags: ClassVar[frozenset[int]] = frozenset()  # coefficients passed as bools, not cast
     slots: tuple[str, ...] = ()
 
     _fused_kernel: ClassVar[Callable[..., None]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._fused_kernel = staticmethod(getattr(fused_kernels, cls.kernel))  # type: ignore[assignment]
+        cls._fused_kernel = staticmethod(getattr(fused_kernels, cls.kernel))
 
     def hyperparameters(self) -> dict[str, Any]:
         """The settings that decide the update, by name (beside the learning rate)."""
@@ -87,12 +86,10 @@ class UpdateRule:
         """The scalars of update number ``step`` (1 for the first) at learning rate ``lr``."""
         raise NotImplementedError
 
-    @classmethod
-    def cast(cls, coefficients: Sequence[float], dtype: Any) -> tuple[Any, ...]:
-        """``coefficients`` in ``dtype`` (NumPy scalars), flags as bools."""
-        t = np.dtype(dtype).type
-        flags = cls.flags
-        return tuple(bool(c) if i in flags else t(c) for i, c in enumerate(coefficients))
+    @staticmethod
+    def cast(coefficients: Sequence[float], dtype: np.dtype) -> tuple[Any, ...]:
+        """``coefficients`` as NumPy scalars of ``dtype`` (a rule with flags overrides it)."""
+        return tuple(map(dtype.type, coefficients))
 
     @staticmethod
     def formula(w: Array, g: Array, slots: tuple[Array, ...], c: tuple[Any, ...]
@@ -150,7 +147,6 @@ class MomentumRule(UpdateRule):
     ``w += momentum * m - lr * g`` (with the new ``m``)."""
 
     name, kernel = "momentum", "sgd_momentum_update"
-    flags = frozenset({2})  # nesterov
     slots = ("momentum",)
 
     def __init__(self, momentum: Any, nesterov: Any = False) -> None:
@@ -164,6 +160,11 @@ class MomentumRule(UpdateRule):
 
     def coefficients(self, lr: float, step: int) -> tuple[float, ...]:
         return (lr, self.momentum, float(self.nesterov))
+
+    @staticmethod
+    def cast(coefficients: Sequence[float], dtype: np.dtype) -> tuple[Any, ...]:
+        lr, momentum, nesterov = coefficients
+        return (dtype.type(lr), dtype.type(momentum), bool(nesterov))
 
     @staticmethod
     def formula(w: Array, g: Array, slots: tuple[Array, ...], c: tuple[Any, ...]

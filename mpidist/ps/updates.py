@@ -58,8 +58,8 @@ class ParameterServerUpdates(UpdateApplier):
         coefficients = None if rule is None else rule.coefficients(lr, step)
         for grad, var in zip(grads, checked):
             slots = updates.slots_of(var)
-            if coefficients is None:  # the optimizer's own step: read, compute, write
-                updates.update_variable(var, grad, slots, lr, step)
+            if rule is None or coefficients is None:  # the optimizer's own step
+                updates.update_variable(var, grad, slots, lr, step)  # read, compute, write
             else:
                 var.apply_optimizer_update(rule.name, grad, coefficients, slots)
         return updates.iterations

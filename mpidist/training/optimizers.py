@@ -123,6 +123,7 @@ class Optimizer:
         self._checks = GradientChecks()  # remembers the last step's checked variables
         self._dtypes_checked = None  # the variables tuple whose dtypes were last checked
         self._updates = _OptimizerUpdates(self)  # what the strategy's applier drives
+        self._last_cast = ((), None, ())  # (coefficients, dtype, cast) of the last fused update
 
     @property
     def iterations(self):
@@ -219,7 +220,7 @@ class Optimizer:
         # handles, so the id-keyed indexes are rebuilt on arrival; plans are per process.
         state_ = dict(self.__dict__)
         for key in ("_var_index", "_checkpoint_index", "_plans", "_last_plan", "_checks",
-                    "_dtypes_checked", "_updates"):
+                    "_dtypes_checked", "_updates", "_last_cast"):
             state_.pop(key, None)
         return state_
 
@@ -232,6 +233,7 @@ class Optimizer:
         self._checks = GradientChecks()
         self._dtypes_checked = None
         self._updates = _OptimizerUpdates(self)
+        self._last_cast = ((), None, ())
 
     @accepts(slot_name=str)
     def get_slot(self, var, slot_name):
@@ -457,7 +459,12 @@ class Optimizer:
     def _fused_update(self, w, g, slots, lr, step):
         """The rule's fused kernel over one device's arenas."""
         rule = self._rule
-        rule.fused(w, g, slots, rule.cast(rule.coefficients(lr, step), w.dtype))
+        coefficients = rule.coefficients(lr, step)
+        last = self._last_cast  # the repeating step (and every device after the first) hits
+        # Equal floats have equal bits except 0.0 and -0.0: a zero coefficient always misses.
+        if last[0] != coefficients or last[1] is not w.dtype or 0.0 in coefficients:
+            last = self._last_cast = (coefficients, w.dtype, rule.cast(coefficients, w.dtype))
+        rule.fused(w, g, slots, last[2])
 
     def _update_step(self, variable, gradient, slots, lr, step):
         """Update one copy of a variable in place (``variable`` is a plain Variable, or a

@@ -44,7 +44,7 @@ def test_formula_gives_the_fused_kernels_bits(data, name, dtype, size, lr, step)
     w, g = _arrays(data.draw, size, dtype), _arrays(data.draw, size, dtype)
     # Adam's second moments (v, vhat) are non-negative, as the rule keeps them.
     slots = [_arrays(data.draw, size, dtype, positive=(s != "m")) for s in rule.slots]
-    c = rule.cast(rule.coefficients(lr, step), dtype)
+    c = rule.cast(rule.coefficients(lr, step), np.dtype(dtype))
     result = rule.formula(w, g, tuple(slots), c)
     expected_w = w - result.delta if result.subtract else w + result.delta
     got_w, got_slots = w.copy(), [s.copy() for s in slots]
@@ -80,7 +80,7 @@ def test_rules_are_registered_by_name_and_a_taken_name_is_refused():
 
 def test_cast_keeps_flags_boolean_and_rounds_the_rest_to_the_dtype():
     c = MomentumRule(0.9, nesterov=True).coefficients(0.1, 1)
-    lr, momentum, nesterov = MomentumRule.cast(c, np.float32)
+    lr, momentum, nesterov = MomentumRule.cast(c, np.dtype(np.float32))
     assert type(lr) is np.float32 and lr == np.float32(0.1)
     assert type(momentum) is np.float32 and nesterov is True
 
