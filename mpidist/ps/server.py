@@ -24,6 +24,7 @@ from mpidist.core.waiting import wait_until
 from mpidist.errors import DeadlineExceededError
 from mpidist.kernels import optimizers as fused_kernels
 from mpidist.logs import get_logger
+from mpidist.ops.update_rules import AdamRule, MomentumRule, SGDRule, UpdateRule
 from mpidist.ps import messages
 from mpidist.ps.faults import Faults
 from mpidist.ps.roles import ClusterRoles
@@ -268,23 +269,20 @@ class ParameterServer:
             self._settle(var_id)
         return var.reshape(-1), self._as_values(var, data).reshape(-1), slots
 
+    def _apply_rule(self, rule: type[UpdateRule], request: Request, data: Any) -> None:
+        """An optimizer update: ``rule``'s fused kernel (ops/update_rules.py) with the
+        request's coefficients, cast to the variable's dtype."""
+        w, g, slots = self._fused(request, data)
+        rule.fused(w, g, slots, rule.cast(request.params, w.dtype))
+
     def _apply_sgd(self, request: Request, data: Any) -> None:
-        w, g, _ = self._fused(request, data)
-        fused_kernels.sgd_update(w, g, w.dtype.type(request.params[0]))
+        self._apply_rule(SGDRule, request, data)
 
     def _apply_momentum(self, request: Request, data: Any) -> None:
-        w, g, (m,) = self._fused(request, data)
-        lr, momentum, nesterov = request.params
-        t = w.dtype.type
-        fused_kernels.sgd_momentum_update(w, g, m, t(lr), t(momentum), bool(nesterov))
+        self._apply_rule(MomentumRule, request, data)
 
     def _apply_adam(self, request: Request, data: Any) -> None:
-        w, g, slots = self._fused(request, data)
-        t = w.dtype.type
-        alpha, one_minus_b1, one_minus_b2, eps = (t(p) for p in request.params)
-        vhat = slots[2] if len(slots) > 2 else None
-        fused_kernels.adam_update(w, g, slots[0], slots[1], vhat, alpha, one_minus_b1,
-                                  one_minus_b2, eps)
+        self._apply_rule(AdamRule, request, data)
 
     def _stats(self, request: Request, data: Any) -> np.ndarray:
         """(variables, bytes held, requests served, CPU time of this process in ns) as int64:
