@@ -1,6 +1,6 @@
 """Bitwise checks of the CUDA twins of ``mpidist.kernels`` against the CPU twins and NumPy, on
 whatever ``numba.cuda`` is: a real GPU, or Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``,
-switched on before Numba is first imported; tests/unit/test_kernels_cudasim.py runs them so).
+switched on before Numba is first imported; tests/scenarios/test_kernels_cudasim.py runs them so).
 
 ``run_checks()`` runs every check and returns ``{name: {"ok", "detail", "max_ulp"}}``:
 ``max_ulp`` is the largest difference, in units in the last place, of the comparison that

@@ -4,6 +4,11 @@ Plain ``pytest`` runs the unit tests and, through tests/test_mpi_launch.py, ever
 tests/mpi/ under ``mpiexec -n N``. The files in tests/mpi/ are collected only by those
 launches (they run with ``--with-mpi``).
 
+The slow scenarios (multi-second end-to-end runs, subprocess launches, compile checks, long
+generated sweeps) live in tests/scenarios/ and carry the ``scenario`` marker by their folder:
+plain ``pytest`` runs them, ``pytest tests/unit`` (the fast subset) leaves them out, and
+``pytest -m scenario`` runs them alone.
+
 GPU tests carry the ``gpu`` marker by mechanism, so ``pytest -m gpu`` selects them all: every
 test in tests/gpu/, and every test that reaches the GPU gate (``need_gpus``) through its own
 body, a helper of its module or a fixture of its module (found by reading the module's source).
@@ -24,6 +29,7 @@ import gpu_gate
 TESTS = Path(__file__).parent
 MPI_DIR = TESTS / "mpi"
 GPU_DIR = TESTS / "gpu"
+SCENARIO_DIR = TESTS / "scenarios"
 GATE = "need_gpus"
 
 
@@ -71,6 +77,8 @@ def needs_gpu(item):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if Path(str(item.path)).is_relative_to(SCENARIO_DIR):
+            item.add_marker(pytest.mark.scenario)
         if item.get_closest_marker("gpu") is None and needs_gpu(item):
             item.add_marker(pytest.mark.gpu)
 

@@ -1,14 +1,3 @@
 """Every unit test starts and ends with no globally set strategy and no scope entered."""
 
-import pytest
-
-import mpidist
-
-
-@pytest.fixture(autouse=True)
-def _no_global_strategy():
-    mpidist.experimental_set_strategy(None)
-    assert not mpidist.has_strategy()
-    yield
-    mpidist.experimental_set_strategy(None)
-    assert not mpidist.has_strategy()
+from strategy_isolation import _no_global_strategy  # noqa: F401  (autouse for every unit test)

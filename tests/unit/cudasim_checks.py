@@ -3,7 +3,7 @@
     NUMBA_ENABLE_CUDASIM=1 python tests/unit/cudasim_checks.py    # Numba's CUDA simulator
     python tests/unit/cudasim_checks.py                            # a GPU (skips none: exit 2 without one)
 
-test_kernels_cudasim.py runs it in a process of its own under the simulator (which must be
+tests/scenarios/test_kernels_cudasim.py runs it in a process of its own under the simulator (which must be
 switched on before Numba is first imported), and test_kernels_gpu.py on a GPU. It prints one
 line per check (with the max ulp difference of a failing one) and a last line
 ``CUDASIM-REPORT: {json}`` mapping every check name to ``{"ok", "detail", "max_ulp"}``.

@@ -1,7 +1,7 @@
 """The fused CPU kernels of mpidist.kernels (Numba njit twins) on NumPy arrays: N-way reduce,
 pack / unpack of fusion buffers with float16 cast on the way, cast, BufferPool, and the pure
 Python plans (FusionLayout, split_sizes, group_by_size). The CUDA twins are checked under
-Numba's simulator in test_kernels_cudasim.py."""
+Numba's simulator in tests/scenarios/test_kernels_cudasim.py."""
 
 import functools
 

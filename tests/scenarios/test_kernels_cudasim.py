@@ -17,7 +17,7 @@ import pytest
 
 import cudasim_checks
 
-SCRIPT = Path(__file__).with_name("cudasim_checks.py")
+SCRIPT = Path(cudasim_checks.__file__)  # tests/unit/cudasim_checks.py
 ROOT = Path(__file__).resolve().parents[2]
 
 
