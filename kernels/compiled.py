@@ -18,7 +18,7 @@ It checks, for every kernel (all of them promise the CPU twins' bits):
   * the hot kernels (reduce, pack/unpack, optimizers): no local-memory spills.
 
 Run ``python -m mpidist.kernels.compiled [--json PATH]`` to print the table (and write the
-report); tests/unit/test_kernels_compiled.py runs the same on every CI run.
+report); tests/scenarios/test_kernels_compiled.py runs the same on every CI run.
 """
 
 import argparse

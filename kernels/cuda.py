@@ -3,7 +3,7 @@
 Each kernel is a grid-stride loop over 1-D arrays, launched in the array's device context on
 that device's current CuPy stream (``on_device_of``). The kernels give the CPU twins' bits:
 float sums and quotients go through ``cuda_arith.ops_for`` (round-to-nearest intrinsics, so
-nothing can be fused into an FMA; tests/unit/test_kernels_compiled.py checks the PTX and SASS),
+nothing can be fused into an FMA; tests/scenarios/test_kernels_compiled.py checks the PTX and SASS),
 float16 sums accumulate in float64 and round once, as on the CPU, and every conversion is the
 one NumPy's ``astype`` makes (float16 to integer truncates, through float32). Kernels are built
 per dtype on first use. Under ``NUMBA_ENABLE_CUDASIM=1`` the same source runs in Numba's

@@ -8,7 +8,7 @@ intrinsics emit ``mul.rn``/``add.rn``/``sub.rn``/``div.rn``/``sqrt.rn``, which t
 forbids fusing ("an explicit rounding modifier ... disables contraction"). So a kernel that
 writes every operation through ``ops_for(dtype)`` (and nothing else: no helper device
 functions, see ``ops_for``) rounds each one to the dtype, in the order
-written, as the CPU twin (LLVM without fast-math) and NumPy do. tests/unit/test_kernels_compiled.py
+written, as the CPU twin (LLVM without fast-math) and NumPy do. tests/scenarios/test_kernels_compiled.py
 checks the compiled PTX and SASS of every such kernel for that.
 
 Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) libdevice's functions are stubs that

@@ -9,7 +9,7 @@ the NumPy code casts them).
 CPU twins are Numba ``njit`` loops (LLVM without fast-math never fuses a multiply-add); CUDA
 twins are grid-stride ``cuda.jit`` kernels (``optimizers_cuda``) that write every operation as
 an explicitly rounded libdevice intrinsic, since NVVM would otherwise fuse them into FMAs; the
-compile check (tests/unit/test_kernels_compiled.py) fails on any FMA in their PTX or SASS. The
+compile check (tests/scenarios/test_kernels_compiled.py) fails on any FMA in their PTX or SASS. The
 twin is chosen by where the arrays live. Importing this module compiles nothing.
 """
 
