@@ -14,6 +14,7 @@ replicas' fused or per-variable path here, or the parameter servers (``mpidist.p
 """
 
 import contextlib
+import weakref
 from collections.abc import Iterable
 
 import numpy as np
@@ -496,10 +497,10 @@ class _OptimizerUpdates:
     """What an optimizer offers its strategy's applier (``strategies.update_appliers.
     OptimizerUpdates``): a view on the optimizer, so appliers use no private member of it."""
 
-    __slots__ = ("_opt",)
+    __slots__ = ("_opt", "__weakref__")
 
     def __init__(self, optimizer):
-        self._opt = optimizer
+        self._opt = weakref.proxy(optimizer)  # the optimizer holds this view: no cycle
 
     @property
     def rule(self):

@@ -157,3 +157,26 @@ def test_training_imports_nothing_of_the_parameter_server_package():
              for name in _imports(path) if name == "mpidist.ps" or name.startswith("mpidist.ps.")}
     assert found <= set(PS_IMPORTS_LEFT)
     assert not any(path in ("optimizers.py", "fused_apply.py") for path, _ in found)
+
+
+def _stepped_optimizer():
+    strategy = mpidist.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        v = mpidist.Variable(np.ones(3, np.float32))
+        opt = mpidist.optimizers.Adam(0.1)
+    for _ in range(2):
+        strategy.run(lambda: opt.apply_gradients([(np.ones(3, np.float32), v)]))
+    return opt
+
+
+def test_the_applier_view_keeps_no_cycle_through_the_optimizer():
+    """An optimizer that stepped is freed by reference counting alone (its arenas with it)."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        ref = weakref.ref(_stepped_optimizer())
+        assert ref() is None
+    finally:
+        gc.enable()
