@@ -151,7 +151,6 @@ class ClusterCoordinator:
         self._dispatcher.shutdown(get_config().ps_timeout if timeout is None else timeout)
 
 
-
 # The strategy creates its coordinator when the chief enters its scope (TF does too); it cannot
 # import this module, which builds on it, so this module tells it how.
 register_coordinator(ClusterCoordinator)
