@@ -247,14 +247,9 @@ def test_strategies_implement_what_the_values_layer_asks_of_them():
 #   among annotations;
 # - ``importlib.import_module("a.b")`` with a literal name is an edge like ``import a.b``.
 
-# The one cycle allowed for now: ps/'s strategy, coordinator, dispatch, service and per_worker,
-# tied by function-level imports. Issue 24's typed PS protocol (item 4: service and coordinator
-# depend on the strategy, never the reverse) removes it; delete this entry then. The set must
-# match exactly: a new cycle, or this one grown or shrunk, fails.
-ALLOWED_CYCLES = {
-    frozenset({"mpidist.ps.coordinator", "mpidist.ps.dispatch", "mpidist.ps.per_worker",
-               "mpidist.ps.service", "mpidist.ps.strategy"}),
-}
+# Cycles allowed: none (an entry would be an exact set of module names, so a new cycle, or an
+# allowed one grown or shrunk, still fails).
+ALLOWED_CYCLES: set[frozenset[str]] = set()
 
 
 def _type_checking_nodes(tree):
