@@ -62,10 +62,13 @@ class ArrayIdentity:
 
     @property
     def name(self) -> str:
+        """The name: a variable's carries TF's ``:0`` suffix (a distributed variable's is its
+        primary copy's, ``"w:0"``; the others are ``"w/replica_1:0"``, ...)."""
         return self._name
 
     @property
     def dtype(self) -> np.dtype:
+        """The NumPy dtype of the value (fixed at creation)."""
         return self._dtype
 
     @property
@@ -74,6 +77,7 @@ class ArrayIdentity:
 
     @property
     def ndim(self) -> int:
+        """``len(shape)``."""
         return len(self._shape)
 
 
@@ -172,14 +176,21 @@ class VariableBase(ArrayIdentity):
 
     @property
     def trainable(self) -> bool:
+        """TF's flag: whether the variable is meant to be trained (the creator's choice;
+        by default every variable but an ON_READ one)."""
         return self._trainable
 
     @property
     def synchronization(self) -> VariableSynchronization:
+        """When the copies agree: ON_WRITE for a MirroredVariable, ON_READ for a
+        SyncOnReadVariable; on a variable with one copy (plain, AggregatingVariable,
+        parameter server) the value it was created with, which changes nothing there."""
         return self._synchronization
 
     @property
     def aggregation(self) -> VariableAggregation:
+        """How the replicas' values combine: their updates (MirroredVariable,
+        AggregatingVariable) or, read across replicas, their copies (SyncOnReadVariable)."""
         return self._aggregation
 
     @property
