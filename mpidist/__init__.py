@@ -17,7 +17,8 @@ from mpidist import (autodiff, callbacks, cluster_resolver, data, errors, experi
 from mpidist.core.function import function
 from mpidist.data.distributed import DistributedDataset, DistributedIterator
 from mpidist.data.options import InputContext, InputOptions, InputReplicationMode, RunOptions
-from mpidist.ops.all_reduce import AllReduceCrossDeviceOps, HierarchicalCopyAllReduce, NcclAllReduce
+from mpidist.ops.in_process_all_reduce import (AllReduceCrossDeviceOps, HierarchicalCopyAllReduce,
+                                               NcclAllReduce)
 from mpidist.ops.cross_device_ops import CrossDeviceOps
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
 from mpidist.strategies.context import (

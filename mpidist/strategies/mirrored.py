@@ -19,7 +19,7 @@ from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.comm.nccl import nccl_module
 from mpidist.comm.options import CommunicationOptions
 from mpidist.data.distributed import InputWorkers
-from mpidist.ops.all_reduce import HierarchicalCopyAllReduce, NcclAllReduce
+from mpidist.ops.in_process_all_reduce import HierarchicalCopyAllReduce, NcclAllReduce
 from mpidist.ops.cross_device_ops import (
     CrossDeviceOps,
     as_per_replica,
@@ -27,7 +27,7 @@ from mpidist.ops.cross_device_ops import (
 )
 from mpidist.ops.destinations import Destinations
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
-from mpidist.strategies.one_replica import PLAIN_TYPES, call_one_replica, is_plain
+from mpidist.strategies.one_local_replica import PLAIN_TYPES, call_one_replica, is_plain
 from mpidist.strategies.replica_context import ReplicaContext
 from mpidist.strategies.replica_threads import ReplicaRunner
 from mpidist.strategies.strategy import Strategy, StrategyExtended

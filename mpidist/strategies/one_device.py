@@ -6,7 +6,7 @@ from typing import Any
 from mpidist.backend import num_gpus
 from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.ops.destinations import Destinations
-from mpidist.strategies.one_replica import call_one_replica
+from mpidist.strategies.one_local_replica import call_one_replica
 from mpidist.strategies.replica_context import ReplicaContext
 from mpidist.strategies.single_replica import SingleReplicaExtended
 from mpidist.strategies.strategy import Strategy

@@ -309,7 +309,7 @@ def test_real_gpu_tests_hold_under_the_stand_in(stand_in, monkeypatch, module, n
 
     import gpu_gate
 
-    from mpidist.ops import all_reduce
+    from mpidist.ops import in_process_all_reduce as all_reduce
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "gpu"))
     monkeypatch.setattr(hierarchical_copy, "reduce_n", reduce_n)

@@ -1,5 +1,6 @@
 """The lean ``run`` of a worker with one local replica (MWMS with one device per rank,
-MirroredStrategy on one device, OneDeviceStrategy).
+MirroredStrategy on one device, OneDeviceStrategy); ``single_replica`` is the other case, one
+replica in the whole job.
 
 The replica runs on the calling thread. Its arguments are walked for distributed values only
 when some top-level argument could hold one; arrays and numbers cannot.

@@ -1,4 +1,5 @@
-"""All-reduce CrossDeviceOps between the GPUs of one process: NcclAllReduce and
+"""All-reduce CrossDeviceOps between the GPUs of one process (``collective_all_reduce`` is the
+one across processes): NcclAllReduce and
 HierarchicalCopyAllReduce (TF's AllReduceCrossDeviceOps family).
 
 A batch is split by dtype; per device the tensors are packed into one fusion buffer, cut into
