@@ -4,13 +4,22 @@ A CPU device's values are ``numpy.ndarray``s (all virtual CPU devices share host
 device's values are ``cupy.ndarray``s on that GPU.
 """
 
+from __future__ import annotations
+
 import contextlib
+from collections.abc import Iterator
 from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mpidist.backend import cupy_backend
 from mpidist.core.devices import DeviceSpec, parse_device
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from mpidist.types import Array
 
 __all__ = ["array_module", "as_array", "copy_to_device", "device_of", "device_context", "is_array",
            "num_gpus", "require_cupy", "empty_like_on_device", "on_device_of"]
@@ -24,30 +33,30 @@ __all__ = ["array_module", "as_array", "copy_to_device", "device_of", "device_co
 _NO_CONTEXT = contextlib.nullcontext()
 
 
-def num_gpus():
+def num_gpus() -> int:
     """GPUs visible to this process (0 when CuPy or CUDA is missing)."""
     return cupy_backend.gpu_count()
 
 
-def is_array(x):
+def is_array(x: object) -> bool:
     return isinstance(x, np.ndarray) or cupy_backend.is_cupy_array(x)
 
 
-def array_module(x):
+def array_module(x: Array) -> ModuleType:
     """``numpy`` or ``cupy``, whichever owns ``x``."""
     if cupy_backend.is_cupy_array(x):
         return cupy_backend.get_cupy()
     return np
 
 
-def device_of(x):
+def device_of(x: Array) -> DeviceSpec | None:
     """The DeviceSpec of a GPU array, else None (host memory, usable by every CPU device)."""
     if cupy_backend.is_cupy_array(x):
         return DeviceSpec("GPU", int(x.device.id))
     return None
 
 
-def on_device_of(x):
+def on_device_of(x: Array) -> contextlib.AbstractContextManager[Any]:
     """A context making ``x``'s GPU the current device (reusable no-op for host arrays): wrap
     every CuPy launch or allocation that touches ``x``."""
     if cupy_backend.is_cupy_array(x):
@@ -55,7 +64,8 @@ def on_device_of(x):
     return _NO_CONTEXT
 
 
-def empty_like_on_device(x, shape=None, dtype=None):
+def empty_like_on_device(x: Array, shape: int | tuple[int, ...] | None = None,
+                         dtype: DTypeLike | None = None) -> Array:
     """An uninitialised C-ordered array of ``x``'s kind (and, by default, shape and dtype), on
     ``x``'s device: host memory for NumPy, ``x``'s GPU for CuPy (not the current one)."""
     if cupy_backend.is_cupy_array(x):
@@ -76,7 +86,7 @@ def require_cupy(device: DeviceSpec) -> ModuleType:
 
 
 @contextlib.contextmanager
-def device_context(device):
+def device_context(device: str | DeviceSpec | None) -> Iterator[None]:
     """Make ``device`` CuPy's current device for the block (a no-op for CPU devices)."""
     device = parse_device(device) if device is not None else None
     if device is None or not device.is_gpu:
@@ -87,7 +97,7 @@ def device_context(device):
         yield
 
 
-def as_array(x, device=None):
+def as_array(x: Any, device: str | DeviceSpec | None = None) -> Array:
     """``x`` as an array on ``device`` (host when None), copying only when it must move."""
     device = parse_device(device) if device is not None else None
     if device is not None and device.is_gpu:
@@ -99,7 +109,7 @@ def as_array(x, device=None):
     return np.asarray(x)
 
 
-def copy_to_device(x, device=None):
+def copy_to_device(x: Any, device: str | DeviceSpec | None = None) -> Array:
     """A new array holding ``x``'s data on ``device`` (host when None); never aliases ``x``."""
     device = parse_device(device) if device is not None else None
     if device is not None and device.is_gpu:
@@ -115,7 +125,7 @@ def copy_to_device(x, device=None):
     return np.array(x, copy=True)
 
 
-def _peer_copy(cupy, x, index):
+def _peer_copy(cupy: ModuleType, x: Array, index: int) -> Array:
     """``x`` copied onto GPU ``index`` from its own GPU, ordered with both devices' current
     streams. CuPy's peer copy runs on the destination's stream, which knows nothing of the
     source's: without the first event it may read ``x`` before the kernel producing it ran;

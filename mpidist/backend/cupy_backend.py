@@ -1,14 +1,19 @@
 """CuPy, imported on first use only; ``available()`` tells whether GPUs can be driven."""
 
+from __future__ import annotations
+
 import sys
+from typing import Any
 
 __all__ = ["available", "get_cupy", "is_cupy_array", "gpu_count", "reset"]
 
-_state = {"checked": False, "module": None, "error": None}
+# "checked": bool, "module": the cupy module or None, "error": why CuPy cannot be used, or None.
+_state: dict[str, Any] = {"checked": False, "module": None, "error": None}
 
 
-def get_cupy():
-    """The cupy module, or None when CuPy is not installed or finds no CUDA runtime."""
+def get_cupy() -> Any:
+    """The cupy module, or None when CuPy is not installed or finds no CUDA runtime (``Any``:
+    CuPy has no type information)."""
     if not _state["checked"]:
         _state["checked"] = True
         try:
@@ -20,19 +25,19 @@ def get_cupy():
     return _state["module"]
 
 
-def reset():
+def reset() -> None:
     """Forget the cached import, so that the next ``get_cupy`` imports ``cupy`` again (tests
     that put a stand-in in ``sys.modules`` call this before and after)."""
     _state.update(checked=False, module=None, error=None)
 
 
-def is_cupy_array(x):
+def is_cupy_array(x: object) -> bool:
     # A CuPy array can only exist if cupy was imported by someone: avoid importing it here.
     cupy = sys.modules.get("cupy")
     return cupy is not None and isinstance(x, cupy.ndarray)
 
 
-def gpu_count():
+def gpu_count() -> int:
     cupy = get_cupy()
     if cupy is None:
         return 0
@@ -43,11 +48,11 @@ def gpu_count():
         return 0
 
 
-def available():
+def available() -> bool:
     return gpu_count() > 0
 
 
-def unavailable_reason():
+def unavailable_reason() -> str:
     err = _state["error"]
     if err is None and get_cupy() is None:
         return "CuPy is not installed (pip install 'mpidist[cuda12]')"

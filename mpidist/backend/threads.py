@@ -10,14 +10,22 @@ runs two replicas' matrix products at once, each asking BLAS for every core (mea
 the share is divided by the CPU replicas of each rank as well.
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mpidist.core.devices import DeviceSpec
 
 __all__ = ["threads_per_rank", "cap_cpu_threads"]
 
 _USER_SETTINGS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def threads_per_rank(ranks_on_node, setting, environ=os.environ, cpu_replicas=1):
+def threads_per_rank(ranks_on_node: int, setting: int | str | None,
+                     environ: Mapping[str, str] = os.environ, cpu_replicas: int = 1) -> int | None:
     """How many BLAS / OpenMP threads this rank should use, or None to leave them alone.
 
     ``setting`` is ``Config.cpu_threads``: ``"auto"``, an int, or None (off). With ``"auto"``:
@@ -42,7 +50,8 @@ def threads_per_rank(ranks_on_node, setting, environ=os.environ, cpu_replicas=1)
     return max(1, total // (ranks_on_node * replicas))
 
 
-def cap_cpu_threads(ranks_on_node, setting, cpu_replicas=1):
+def cap_cpu_threads(ranks_on_node: int, setting: int | str | None,
+                    cpu_replicas: int = 1) -> int | None:
     """Apply ``threads_per_rank`` to the process's thread pools; returns the cap (or None).
     Applied on every call: a pool loaded since the last one (SciPy's BLAS) needs it too."""
     limit = threads_per_rank(ranks_on_node, setting, cpu_replicas=cpu_replicas)
@@ -53,7 +62,7 @@ def cap_cpu_threads(ranks_on_node, setting, cpu_replicas=1):
     return limit
 
 
-def cap_replica_threads(devices, setting):
+def cap_replica_threads(devices: Iterable[DeviceSpec], setting: int | str | None) -> int | None:
     """MirroredStrategy's hook: with several CPU replicas in this process, give each its share
     of the cores (a lone CPU replica, or GPU replicas, leave the pools alone). Returns the cap."""
     cpu = sum(1 for d in devices if d.is_cpu)

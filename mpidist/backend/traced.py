@@ -7,12 +7,16 @@ arrays (the loss helpers, the metrics) asks ``traced_kind`` first and then compu
 library's own array namespace (``namespace_of``), so the trace is not broken.
 """
 
+from __future__ import annotations
+
 import sys
+from types import ModuleType
+from typing import Any, Literal
 
 __all__ = ["traced_kind", "namespace_of", "untraced", "traced_error"]
 
 
-def traced_kind(x):
+def traced_kind(x: object) -> Literal["autograd", "jax"] | None:
     """``"autograd"`` or ``"jax"`` for a value traced by that library, else None."""
     module = type(x).__module__
     if module.startswith("autograd."):
@@ -24,7 +28,7 @@ def traced_kind(x):
     return None
 
 
-def namespace_of(x):
+def namespace_of(x: object) -> ModuleType | None:
     """The array module to compute on ``x`` with, keeping its trace: ``autograd.numpy`` for an
     autograd box, ``jax.numpy`` for a JAX tracer or array; None for anything else (use
     ``backend.array_module``)."""
@@ -38,7 +42,7 @@ def namespace_of(x):
     return None
 
 
-def untraced(x, what):
+def untraced(x: Any, what: str) -> Any:
     """The value ``x`` stands for, without its trace (autograd), for code that only reads it
     (a metric's update). A JAX tracer has no value of its own while it is traced: TypeError
     saying how to get the value out instead. ``x`` itself when it is not traced."""
@@ -52,7 +56,7 @@ def untraced(x, what):
                        "value_and_grad returns")
 
 
-def traced_error(x, what, fix):
+def traced_error(x: object, what: str, fix: str) -> TypeError:
     """The TypeError for a traced value given where only a plain array can go."""
     kind = traced_kind(x) or "an autodiff library"
     return TypeError(

@@ -17,7 +17,12 @@ first. The price is that an upload's copy also waits for the default-stream work
 queued when it starts; the host-side work of the prefetcher still overlaps.
 """
 
+from __future__ import annotations
+
 import threading
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,17 +30,21 @@ from mpidist.backend.arrays import as_array, require_cupy
 from mpidist.backend.cupy_backend import is_cupy_array
 from mpidist.core.devices import parse_device
 
+if TYPE_CHECKING:
+    from mpidist.core.devices import DeviceSpec
+    from mpidist.types import Array
+
 __all__ = ["Uploader"]
 
 
 class Uploader:
     """Copies host arrays to GPU devices on per-device side streams (CPU devices: no copy)."""
 
-    def __init__(self):
-        self._streams = {}
+    def __init__(self) -> None:
+        self._streams: dict[int, Any] = {}
         self._lock = threading.Lock()
 
-    def _stream(self, cupy, index):
+    def _stream(self, cupy: ModuleType, index: int) -> Any:
         with self._lock:
             stream = self._streams.get(index)
             if stream is None:
@@ -44,7 +53,7 @@ class Uploader:
                 self._streams[index] = stream
             return stream
 
-    def upload(self, arrays, device):
+    def upload(self, arrays: Sequence[Any], device: str | DeviceSpec) -> list[Array]:
         """``arrays`` (a list of host arrays) as arrays on ``device``, copied and complete."""
         device = parse_device(device)
         if not device.is_gpu:
@@ -52,7 +61,7 @@ class Uploader:
         cupy = require_cupy(device)
         stream = self._stream(cupy, device.device_index)
         hosts = {i: np.asarray(a, order="C") for i, a in enumerate(arrays) if not is_cupy_array(a)}
-        out = [None if i in hosts else as_array(a, device) for i, a in enumerate(arrays)]
+        out: list[Any] = [None if i in hosts else as_array(a, device) for i, a in enumerate(arrays)]
         with cupy.cuda.Device(device.device_index):
             consumer = cupy.cuda.Stream.null
             with consumer:  # the pool's free list of the consumer's stream (see above)
