@@ -6,7 +6,10 @@ A resolver answers three questions: which tasks exist (``cluster_spec()``), whic
 ClusterSpec and the multi-worker rules are re-exported here so one import serves strategies.
 """
 
+from __future__ import annotations
+
 import abc
+from typing import Any
 
 from mpidist.backend import num_gpus
 from mpidist.cluster_resolver.cluster_spec import ClusterSpec, normalize_cluster_spec
@@ -35,13 +38,13 @@ __all__ = [
 ]
 
 
-def configuration_facts(resolver):
+def configuration_facts(resolver: ClusterResolver) -> dict[str, Any]:
     """What every rank's copy of ``resolver`` must agree on, as plain data: its kind, the
     cluster it describes and the settings it was given (not this task's own place in it, nor
     what it found on this node). Strategies check these across ranks when they are built
     (``mpidist.comm.config_agreement``)."""
     spec = resolver.cluster_spec()
-    facts = {
+    facts: dict[str, Any] = {
         "cluster resolver": type(resolver).__name__,
         "cluster_spec": normalize_cluster_spec(spec).as_dict() if spec else {},
         "rpc_layer": resolver.rpc_layer,
@@ -50,7 +53,7 @@ def configuration_facts(resolver):
     return facts
 
 
-def format_master_url(master, rpc_layer=None):
+def format_master_url(master: str, rpc_layer: str | None = None) -> str:
     """``"<rpc_layer>://<master>"``, or ``master`` alone when there is no rpc layer."""
     if rpc_layer is not None and not isinstance(rpc_layer, str):
         raise TypeError(f"rpc_layer must be a protocol name such as 'grpc', or None; got "
@@ -58,7 +61,7 @@ def format_master_url(master, rpc_layer=None):
     return f"{rpc_layer}://{master}" if rpc_layer else master
 
 
-def master_address(spec, task_type, task_id):
+def master_address(spec: ClusterSpec, task_type: str, task_id: int) -> str:
     """``spec``'s address of the task ``master(task_type, task_id)`` names; an error names
     master's arguments (ClusterSpec's own call them job_name and task_index)."""
     try:
@@ -84,11 +87,12 @@ class ClusterResolver(abc.ABC):
     """
 
     @abc.abstractmethod
-    def cluster_spec(self):
+    def cluster_spec(self) -> ClusterSpec:
         """The cluster as it is now, as a ClusterSpec (re-read on every call, never cached)."""
 
     @abc.abstractmethod
-    def master(self, task_type=None, task_id=None, rpc_layer=None):
+    def master(self, task_type: str | None = None, task_id: int | None = None,
+               rpc_layer: str | None = None) -> str:
         """The address of a task as ``"<rpc_layer>://host:port"``, or ``""`` when there is none.
 
         Args:
@@ -97,7 +101,8 @@ class ClusterResolver(abc.ABC):
             rpc_layer: the protocol prefix; defaults to ``self.rpc_layer``.
         """
 
-    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+    def num_accelerators(self, task_type: str | None = None, task_id: int | None = None,
+                         config_proto: object = None) -> dict[str, int]:
         """Accelerators per task, e.g. ``{"GPU": 2}``; ``{}`` when there are none.
 
         The base class counts the GPUs this process can see (TF lists the devices of a session;
@@ -108,41 +113,41 @@ class ClusterResolver(abc.ABC):
         count = num_gpus()
         return {"GPU": count} if count else {}
 
-    def _settings_to_agree(self):
+    def _settings_to_agree(self) -> dict[str, Any]:
         """Settings given to this resolver that every rank's copy must share (a dict of plain
         data; see ``configuration_facts``). None beyond the cluster by default."""
         return {}
 
     @property
-    def environment(self):
+    def environment(self) -> str:
         """``"google"`` inside Google, ``""`` elsewhere; always ``""`` for mpidist's resolvers."""
         return ""
 
     @property
-    def task_type(self):
+    def task_type(self) -> str | None:
         """The job of this process, or None."""
         return getattr(self, "_task_type", None)
 
     @task_type.setter
-    def task_type(self, task_type):
+    def task_type(self, task_type: str | None) -> None:
         self._task_type = task_type
 
     @property
-    def task_id(self):
+    def task_id(self) -> int | None:
         """The index of this process within its job, or None."""
         return getattr(self, "_task_id", None)
 
     @task_id.setter
-    def task_id(self, task_id):
+    def task_id(self, task_id: int | None) -> None:
         self._task_id = task_id
 
     @property
-    def rpc_layer(self):
+    def rpc_layer(self) -> str | None:
         """The protocol of master URLs, or None."""
         return getattr(self, "_rpc_layer", None)
 
     @rpc_layer.setter
-    def rpc_layer(self, rpc_layer):
+    def rpc_layer(self, rpc_layer: str | None) -> None:
         self._rpc_layer = rpc_layer
 
 
@@ -168,8 +173,9 @@ class SimpleClusterResolver(ClusterResolver):
         TypeError: ``cluster_spec`` is not a ClusterSpec or ``master`` is not a string.
     """
 
-    def __init__(self, cluster_spec, master="", task_type=None, task_id=None, environment="",
-                 num_accelerators=None, rpc_layer=None):
+    def __init__(self, cluster_spec: ClusterSpec, master: str = "", task_type: str | None = None,
+                 task_id: int | None = None, environment: str = "",
+                 num_accelerators: dict[str, int] | None = None, rpc_layer: str | None = None) -> None:
         if not isinstance(cluster_spec, ClusterSpec):
             raise TypeError(
                 f"cluster_spec must be a ClusterSpec, got {type(cluster_spec).__name__} "
@@ -185,11 +191,12 @@ class SimpleClusterResolver(ClusterResolver):
         self._num_accelerators = num_accelerators
         self._rpc_layer = rpc_layer
 
-    def cluster_spec(self):
+    def cluster_spec(self) -> ClusterSpec:
         """The ClusterSpec given to the constructor."""
         return self._cluster_spec
 
-    def master(self, task_type=None, task_id=None, rpc_layer=None):
+    def master(self, task_type: str | None = None, task_id: int | None = None,
+               rpc_layer: str | None = None) -> str:
         """The address of the named task if both ``task_type`` and ``task_id`` are given, else
         the ``master`` given to the constructor; prefixed with the rpc layer if there is one."""
         if task_type is not None and task_id is not None:
@@ -199,10 +206,11 @@ class SimpleClusterResolver(ClusterResolver):
         return format_master_url(address, rpc_layer or self._rpc_layer)
 
     @property
-    def environment(self):
+    def environment(self) -> str:
         return self._environment
 
-    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+    def num_accelerators(self, task_type: str | None = None, task_id: int | None = None,
+                         config_proto: object = None) -> dict[str, int]:
         """The ``num_accelerators`` given to the constructor (``{}`` if None); arguments unused."""
         del task_type, task_id, config_proto
         return {} if self._num_accelerators is None else self._num_accelerators

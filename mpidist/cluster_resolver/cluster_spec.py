@@ -5,13 +5,29 @@ A job is a list of ``"host:port"`` addresses (task i at position i) or a sparse 
 ``jobs`` is sorted, so two ranks that build the same cluster list its jobs in the same order.
 """
 
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias, cast
+
 from mpidist.core.signatures import accepts
 
 __all__ = ["ClusterSpec", "normalize_cluster_spec"]
 
+JobTasks: TypeAlias = "Sequence[str] | Mapping[int | str, str]"
+"""One job's tasks as given: addresses in task order, or ``{task_index: address}`` (JSON's
+string keys such as ``"0"`` included)."""
 
-def _job_tasks(job_name, tasks):
+ClusterLike: TypeAlias = "ClusterSpec | Mapping[str, JobTasks] | None"
+"""What the multi-worker rules accept as a cluster: a ClusterSpec, a dict of jobs, or None."""
+
+ClusterDict: TypeAlias = "dict[str, list[str] | dict[int, str]]"
+"""``ClusterSpec.as_dict()``: each job a list of addresses, or ``{index: address}`` when sparse."""
+
+
+def _job_tasks(job_name: str, tasks: object) -> dict[int, str]:
     """``{index: address}`` for one job, type-checked."""
+    items: list[tuple[int, Any]]
     if isinstance(tasks, (list, tuple)):
         items = list(enumerate(tasks))
     elif isinstance(tasks, dict):
@@ -56,11 +72,12 @@ class ClusterSpec:
         TypeError: ``cluster``, a job name, a job's tasks or an address has the wrong type.
     """
 
-    def __init__(self, cluster=None):
+    def __init__(self, cluster: ClusterLike = None) -> None:
         if cluster is None:
             cluster = {}
         if isinstance(cluster, ClusterSpec):
-            self._cluster = {job: dict(tasks) for job, tasks in cluster._cluster.items()}
+            self._cluster: dict[str, dict[int, str]] = {
+                job: dict(tasks) for job, tasks in cluster._cluster.items()}
             return
         if not isinstance(cluster, dict):
             raise TypeError(
@@ -73,10 +90,10 @@ class ClusterSpec:
                 raise TypeError(f"Job name {job_name!r} must be a string.")
             self._cluster[job_name] = _job_tasks(job_name, tasks)
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return bool(self._cluster)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, dict):
             try:
                 other = ClusterSpec(other)
@@ -88,32 +105,32 @@ class ClusterSpec:
 
     __hash__ = None  # type: ignore[assignment]  # equal to dicts, which are unhashable
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         items = self.as_dict()
         return "ClusterSpec({" + ", ".join(f"{job!r}: {items[job]!r}" for job in self.jobs) + "})"
 
     @property
-    def jobs(self):
+    def jobs(self) -> list[str]:
         """The job names, sorted."""
         return sorted(self._cluster)
 
-    def as_dict(self):
+    def as_dict(self) -> ClusterDict:
         """``{job: tasks}``: a list where the task indices are 0..n-1, else ``{index: address}``.
 
         An empty job maps to ``{}``, as in TF.
         """
-        result = {}
+        result: ClusterDict = {}
         for job in self.jobs:
             indices = self.task_indices(job)
             if not indices:
                 result[job] = {}
             elif indices[-1] + 1 == len(indices):
-                result[job] = self.job_tasks(job)
+                result[job] = cast("list[str]", self.job_tasks(job))  # no gaps: no None
             else:
                 result[job] = {i: self._cluster[job][i] for i in indices}
         return result
 
-    def _job(self, job_name):
+    def _job(self, job_name: str) -> dict[int, str]:
         try:
             return self._cluster[job_name]
         except (KeyError, TypeError):
@@ -121,7 +138,7 @@ class ClusterSpec:
                              f"{sorted(self._cluster)})") from None
 
     @accepts(job_name=str)
-    def num_tasks(self, job_name):
+    def num_tasks(self, job_name: str) -> int:
         """Number of tasks of ``job_name``.
 
         Raises:
@@ -130,7 +147,7 @@ class ClusterSpec:
         return len(self._job(job_name))
 
     @accepts(job_name=str)
-    def task_indices(self, job_name):
+    def task_indices(self, job_name: str) -> list[int]:
         """The sorted task indices of ``job_name``.
 
         Raises:
@@ -139,7 +156,7 @@ class ClusterSpec:
         return sorted(self._job(job_name))
 
     @accepts(job_name=str, task_index=int)
-    def task_address(self, job_name, task_index):
+    def task_address(self, job_name: str, task_index: int) -> str:
         """The address of task ``task_index`` of ``job_name``.
 
         Raises:
@@ -153,20 +170,20 @@ class ClusterSpec:
                              f"task_index must be one of {sorted(job)}.") from None
 
     @accepts(job_name=str)
-    def job_tasks(self, job_name):
+    def job_tasks(self, job_name: str) -> list[str | None]:
         """The addresses of ``job_name`` as a list indexed by task; gaps of a sparse job are None.
 
         Raises:
             ValueError: there is no such job.
         """
         job = self._job(job_name)
-        result = [None] * (max(job) + 1 if job else 0)
+        result: list[str | None] = [None] * (max(job) + 1 if job else 0)
         for index, address in job.items():
             result[index] = address
         return result
 
 
-def normalize_cluster_spec(cluster_spec):
+def normalize_cluster_spec(cluster_spec: ClusterLike) -> ClusterSpec:
     """A ClusterSpec from a dict, a ClusterSpec or None.
 
     Raises:

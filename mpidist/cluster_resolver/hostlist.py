@@ -5,6 +5,8 @@
 deduplicated, so the two lists can be zipped host by host.
 """
 
+from __future__ import annotations
+
 import itertools
 import re
 
@@ -14,9 +16,10 @@ _NUMBER_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 
 
-def _split_outside_brackets(hostlist):
+def _split_outside_brackets(hostlist: str) -> list[str]:
     """Split at the commas that are not inside ``[...]``."""
-    parts, current, depth = [], "", 0
+    parts: list[str] = []
+    current, depth = "", 0
     for char in hostlist:
         if char == "[":
             if depth:
@@ -37,9 +40,9 @@ def _split_outside_brackets(hostlist):
     return parts
 
 
-def _expand_range(expression):
+def _expand_range(expression: str) -> list[str]:
     """``"01-03,7"`` → ``["01", "02", "03", "7"]``: each number as wide as its range's start."""
-    values = []
+    values: list[str] = []
     for item in expression.split(","):
         m = _NUMBER_RANGE.match(item)
         if m is None:
@@ -52,11 +55,11 @@ def _expand_range(expression):
     return values
 
 
-def _expand_part(part):
+def _expand_part(part: str) -> list[str]:
     """One comma-free host expression; several bracket groups multiply (a[1-2]b[3-4])."""
     if not part:
         raise ValueError("empty host name")
-    choices = []
+    choices: list[list[str]] = []
     # re.split with a group alternates literal text (even positions) and bracket contents (odd).
     for position, piece in enumerate(re.split(r"\[([^\]]*)\]", part)):
         if position % 2:
@@ -68,7 +71,7 @@ def _expand_part(part):
     return ["".join(combination) for combination in itertools.product(*choices)]
 
 
-def expand_hostlist(hostlist):
+def expand_hostlist(hostlist: str) -> list[str]:
     """Expand a Slurm host list such as ``SLURM_STEP_NODELIST``.
 
     Unlike TF's version, zero padding is kept (``n[01-02]`` → ``n01, n02``, the names Slurm
@@ -95,7 +98,7 @@ def expand_hostlist(hostlist):
         raise ValueError(f'Invalid hostlist format "{hostlist}": {exc}') from None
 
 
-def expand_tasks_per_node(tasks_per_node):
+def expand_tasks_per_node(tasks_per_node: str) -> list[int]:
     """Expand Slurm's tasks-per-node list (``SLURM_STEP_TASKS_PER_NODE``).
 
     Args:
@@ -112,7 +115,7 @@ def expand_tasks_per_node(tasks_per_node):
             f"A tasks-per-node list (tasks_per_node) must be a string such as '3(x2),1', got "
             f"{type(tasks_per_node).__name__} {tasks_per_node!r}."
         )
-    result = []
+    result: list[int] = []
     for part in tasks_per_node.split(","):
         m = _TASKS.match(part)
         if m is None:

@@ -9,8 +9,11 @@ communicator (``Split_type(COMM_TYPE_SHARED)`` and the processor names), not fro
 variables, so the resolver works the same under mpiexec, mpirun and srun.
 """
 
+from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from mpidist.backend import num_gpus
 from mpidist.cluster_resolver.base import ClusterResolver, format_master_url, master_address
@@ -21,6 +24,9 @@ from mpidist.comm.mpi import install_abort_on_exception, mpi_module
 from mpidist.comm.topology import Topology
 from mpidist.core.devices import parse_device
 from mpidist.logs import get_logger
+
+if TYPE_CHECKING:
+    from mpidist.comm.communicator import Communicator
 
 __all__ = [
     "MPIClusterResolver",
@@ -46,9 +52,9 @@ PS_JOB_ORDER = ("chief", "ps", "worker")
 _JOBS_EXAMPLE = "jobs={'chief': 1, 'ps': 2, 'worker': 3}"
 
 
-def host_addresses(hosts, port_base=8888):
+def host_addresses(hosts: Iterable[str], port_base: int = 8888) -> list[str]:
     """``"host:port"`` for each rank's host, in rank order; ports count up per host."""
-    per_host = {}
+    per_host: dict[str, int] = {}
     addresses = []
     for host in hosts:
         k = per_host.get(host, 0)
@@ -57,11 +63,12 @@ def host_addresses(hosts, port_base=8888):
     return addresses
 
 
-def _is_count(value):
+def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def ps_jobs_requested(num_ps=None, jobs=None):
+def ps_jobs_requested(num_ps: int | None = None, jobs: dict[str, int] | None = None
+                      ) -> dict[str, int] | None:
     """The job counts asked for by ``num_ps`` or ``jobs``, checked; None when neither is given.
 
     The worker count may be missing (it is the rest of the ranks); the chief count defaults to 1.
@@ -113,14 +120,14 @@ def ps_jobs_requested(num_ps=None, jobs=None):
     return {job: counts[job] for job in PS_JOB_ORDER if job in counts}
 
 
-def describe_job_counts(counts):
+def describe_job_counts(counts: Mapping[str, int]) -> str:
     """``"5 tasks (chief 1, ps 2, worker 2)"`` for ``{"chief": 1, "ps": 2, "worker": 2}``."""
     total = sum(counts.values())
     parts = ", ".join(f"{job} {counts[job]}" for job in sorted(counts))
     return f"{total} task{'s' if total != 1 else ''} ({parts})"
 
 
-def world_size_mismatch(counts, world_size):
+def world_size_mismatch(counts: Mapping[str, int], world_size: int) -> ValueError:
     """The ValueError for a cluster of ``counts`` tasks launched on ``world_size`` ranks."""
     total = sum(counts.values())
     return ValueError(
@@ -130,7 +137,8 @@ def world_size_mismatch(counts, world_size):
     )
 
 
-def ps_job_counts(world_size, num_ps=None, jobs=None):
+def ps_job_counts(world_size: int, num_ps: int | None = None, jobs: dict[str, int] | None = None
+                  ) -> dict[str, int]:
     """``{"chief": 1, "ps": P, "worker": W}`` for a parameter-server job on ``world_size`` ranks.
 
     ``W`` defaults to the ranks left after the chief and the ps tasks.
@@ -146,7 +154,7 @@ def ps_job_counts(world_size, num_ps=None, jobs=None):
     return fit_ps_jobs(requested, world_size)
 
 
-def fit_ps_jobs(requested, world_size):
+def fit_ps_jobs(requested: Mapping[str, int], world_size: int) -> dict[str, int]:
     """``requested`` (from ``ps_jobs_requested``) with the workers filled in and checked
     against ``world_size``.
 
@@ -170,7 +178,8 @@ def fit_ps_jobs(requested, world_size):
     return counts
 
 
-def ps_cluster_spec(hosts, counts, port_base=8888):
+def ps_cluster_spec(hosts: Sequence[str], counts: Mapping[str, int], port_base: int = 8888
+                    ) -> ClusterSpec:
     """The ClusterSpec of a parameter-server job: the ranks' addresses (``host_addresses``), in
     rank order, cut into ``counts`` jobs in ``PS_JOB_ORDER``.
 
@@ -183,14 +192,15 @@ def ps_cluster_spec(hosts, counts, port_base=8888):
     if sum(counts.values()) != len(hosts):
         raise world_size_mismatch(counts, len(hosts))
     addresses = host_addresses(hosts, port_base)
-    cluster, start = {}, 0
+    cluster: dict[str, list[str]] = {}
+    start = 0
     for job in sorted(counts):
         cluster[job] = addresses[start:start + counts[job]]
         start += counts[job]
     return ClusterSpec(cluster)
 
 
-def task_at_rank(counts, rank):
+def task_at_rank(counts: Mapping[str, int], rank: int) -> tuple[str, int]:
     """``(task_type, task_id)`` of ``rank`` when jobs in sorted name order take consecutive ranks.
 
     Raises:
@@ -251,8 +261,9 @@ class MPIClusterResolver(ClusterResolver):
             that do not fit the ranks of MPI_COMM_WORLD (see ``ps_job_counts``).
     """
 
-    def __init__(self, local_devices=None, port_base=8888, rpc_layer=None, num_ps=None,
-                 jobs=None):
+    def __init__(self, local_devices: str | Iterable[str] | None = None, port_base: int = 8888,
+                 rpc_layer: str | None = None, num_ps: int | None = None,
+                 jobs: dict[str, int] | None = None) -> None:
         if local_devices is not None and local_devices != ALL_GPUS:
             if isinstance(local_devices, str):
                 local_devices = [local_devices]
@@ -261,9 +272,13 @@ class MPIClusterResolver(ClusterResolver):
                 raise ValueError("local_devices must name at least one device, e.g. ['/cpu:0'].")
         # Checked before MPI starts, so a typo costs no MPI initialisation.
         requested = ps_jobs_requested(num_ps, jobs)
-        self._requested = local_devices
+        self._requested: list[str] | str | None = local_devices
         self._port_base = int(port_base)
         self._rpc_layer = rpc_layer
+        self._comm: Communicator | Topology
+        self._jobs: dict[str, int] | None
+        self._task_type: str
+        self._task_id: int
         if requested is None:
             self._comm = world_communicator()
             self._jobs = None
@@ -276,7 +291,7 @@ class MPIClusterResolver(ClusterResolver):
             self._task_type, self._task_id = task_at_rank(self._jobs, self._comm.rank)
 
     @property
-    def communicator(self):
+    def communicator(self) -> Communicator:
         """mpidist's Communicator over MPI_COMM_WORLD (a parameter-server layout has none:
         its ranks exchange point-to-point messages only)."""
         if self._jobs is not None:
@@ -284,41 +299,42 @@ class MPIClusterResolver(ClusterResolver):
                 "This MPIClusterResolver describes a parameter-server job (num_ps / jobs): use it "
                 "with ParameterServerStrategy; MultiWorkerMirroredStrategy takes "
                 "MPIClusterResolver() without num_ps or jobs.")
-        return self._comm
+        return cast("Communicator", self._comm)  # a Topology only with jobs, refused above
 
     @property
-    def local_rank(self):
+    def local_rank(self) -> int:
         """This rank's index among the ranks of its node."""
         return self._comm.local_rank
 
     @property
-    def local_size(self):
+    def local_size(self) -> int:
         return self._comm.local_size
 
     @property
-    def num_nodes(self):
+    def num_nodes(self) -> int:
         return self._comm.num_nodes
 
     @property
-    def jobs(self):
+    def jobs(self) -> dict[str, int] | None:
         """``{"chief": 1, "ps": P, "worker": W}`` of a parameter-server job, else None."""
         return None if self._jobs is None else dict(self._jobs)
 
     @property
-    def requested_local_devices(self):
+    def requested_local_devices(self) -> list[str] | str | None:
         """The ``local_devices`` argument as given (device strings, or ``"all_gpus"``), None
         when it was not given (a strategy that cannot honour it refuses it by this)."""
         requested = self._requested
         return list(requested) if isinstance(requested, list) else requested
 
-    def cluster_spec(self):
+    def cluster_spec(self) -> ClusterSpec:
         """``{"worker": ["host:port", ...]}`` in rank order (ports count up per node); with
         ``num_ps``/``jobs``, the same addresses cut into ``chief``, ``ps`` and ``worker``."""
         if self._jobs is not None:
             return ps_cluster_spec(self._comm.hosts, self._jobs, self._port_base)
         return ClusterSpec({"worker": host_addresses(self._comm.hosts, self._port_base)})
 
-    def master(self, task_type=None, task_id=None, rpc_layer=None):
+    def master(self, task_type: str | None = None, task_id: int | None = None,
+               rpc_layer: str | None = None) -> str:
         """``"<rpc_layer>://host:port"`` of the named task (this one by default); ``""`` for a
         one-rank job when no task is named."""
         if self._comm.size <= 1 and task_type is None:
@@ -328,7 +344,7 @@ class MPIClusterResolver(ClusterResolver):
         address = master_address(self.cluster_spec(), task_type, task_id)
         return format_master_url(address, rpc_layer or self._rpc_layer)
 
-    def _settings_to_agree(self):
+    def _settings_to_agree(self) -> dict[str, Any]:
         # What was asked for, not what this node has (ranks may see different GPU counts). A
         # list agrees on its kinds of device, not their indices: `/gpu:<local rank>` is usual.
         requested = self._requested
@@ -338,11 +354,12 @@ class MPIClusterResolver(ClusterResolver):
         return {"local_devices": requested,
                 "jobs": None if self._jobs is None else dict(self._jobs)}
 
-    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+    def num_accelerators(self, task_type: str | None = None, task_id: int | None = None,
+                         config_proto: object = None) -> dict[str, int]:
         gpus = sum(1 for d in self.local_devices() if parse_device(d).is_gpu)
         return {"GPU": gpus} if gpus else {}
 
-    def local_devices(self):
+    def local_devices(self) -> list[str]:
         """This worker's replica devices as device strings (see ``local_devices`` above)."""
         if self._requested is not None and self._requested != ALL_GPUS:
             return list(self._requested)

@@ -5,7 +5,14 @@ training cluster) and ``ps``. The chief counts as the first worker: ``id_in_clus
 chief 0 and worker i ``i + len(chief)``. Every function accepts a ClusterSpec or a plain dict.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from mpidist.cluster_resolver.cluster_spec import normalize_cluster_spec
+
+if TYPE_CHECKING:
+    from mpidist.cluster_resolver.cluster_spec import ClusterLike
 
 __all__ = [
     "ALLOWED_TASK_TYPES",
@@ -20,13 +27,14 @@ __all__ = [
 ALLOWED_TASK_TYPES = ("chief", "worker", "evaluator", "ps")
 
 
-def task_count(cluster_spec, task_type):
+def task_count(cluster_spec: ClusterLike, task_type: str) -> int:
     """Number of tasks of ``task_type``, 0 when the job is absent."""
     cluster_spec = normalize_cluster_spec(cluster_spec)
     return cluster_spec.num_tasks(task_type) if task_type in cluster_spec.jobs else 0
 
 
-def validate_cluster_spec(cluster_spec, task_type, task_id):
+def validate_cluster_spec(cluster_spec: ClusterLike, task_type: str | None,
+                          task_id: int | None) -> None:
     """Check ``cluster_spec`` and this task's place in it; an empty cluster always passes.
 
     Args:
@@ -67,7 +75,8 @@ def validate_cluster_spec(cluster_spec, task_type, task_id):
         raise ValueError(f"The `task_id` {task_id} exceeds the maximum id of {task_type}.")
 
 
-def id_in_cluster(cluster_spec, task_type, task_id):
+def id_in_cluster(cluster_spec: ClusterLike, task_type: str | None,
+                  task_id: int) -> int:
     """This task's worker number: chief 0, worker i ``i + len(chief)``, evaluator i ``i``.
 
     Raises:
@@ -83,7 +92,7 @@ def id_in_cluster(cluster_spec, task_type, task_id):
     raise ValueError(f"There is no id for task_type {task_type!r}")
 
 
-def is_chief(cluster_spec, task_type, task_id):
+def is_chief(cluster_spec: ClusterLike, task_type: str | None, task_id: int | None) -> bool:
     """True for the chief and the evaluator, and for worker 0 when there is no chief job.
 
     An empty cluster (one local worker) is its own chief.
@@ -97,7 +106,7 @@ def is_chief(cluster_spec, task_type, task_id):
     return "chief" not in cluster_spec.jobs and task_type == "worker" and task_id == 0
 
 
-def num_workers(cluster_spec, task_type):
+def num_workers(cluster_spec: ClusterLike, task_type: str | None) -> int:
     """Workers that train together: ``len(chief) + len(worker)``; for the evaluator, its own count.
 
     An empty cluster has one worker; an evaluator outside the cluster counts itself.
@@ -116,7 +125,7 @@ def num_workers(cluster_spec, task_type):
     return task_count(cluster_spec, "chief") + task_count(cluster_spec, "worker")
 
 
-def collective_leader(cluster_spec):
+def collective_leader(cluster_spec: ClusterLike) -> str:
     """The device prefix of the task that leads collectives.
 
     ``/job:chief/replica:0/task:0`` when there is a chief, else ``/job:worker/replica:0/task:0``;

@@ -6,6 +6,8 @@ job-name order. This assumes Slurm's default block distribution: rank r must be 
 of that list (``--distribution=cyclic`` breaks it, as in TF).
 """
 
+from __future__ import annotations
+
 import os
 import subprocess
 
@@ -24,7 +26,7 @@ from mpidist.launcher_env import (
 __all__ = ["SlurmClusterResolver", "expand_hostlist", "expand_tasks_per_node", "get_num_gpus"]
 
 
-def get_num_gpus():
+def get_num_gpus() -> int:
     """GPUs on this node: the entries of ``CUDA_VISIBLE_DEVICES`` if set (``""`` → 0), else the
     ``GPU `` lines of ``nvidia-smi --list-gpus`` (0 when nvidia-smi is missing or fails)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -44,7 +46,7 @@ def get_num_gpus():
     return sum(line.startswith("GPU ") for line in listing.splitlines())
 
 
-def _gpus_bound_by_slurm():
+def _gpus_bound_by_slurm() -> int:
     """GPUs per task when Slurm bound them (``--gpus-per-task``): ``SLURM_GPUS_PER_TASK``, if
     this task sees exactly that many; else 0."""
     per_task = slurm_gpus_per_task()
@@ -53,7 +55,7 @@ def _gpus_bound_by_slurm():
     return per_task if get_num_gpus() == per_task else 0
 
 
-def _check_jobs(jobs):
+def _check_jobs(jobs: object) -> dict[str, int]:
     if not isinstance(jobs, dict):
         raise TypeError(f"jobs must be a dict {{job name: number of tasks}}, got {jobs!r}.")
     for name, count in jobs.items():
@@ -105,8 +107,10 @@ class SlurmClusterResolver(ClusterResolver):
         ValueError: a variable is malformed (e.g. the host list).
     """
 
-    def __init__(self, jobs=None, port_base=8888, gpus_per_node=None, gpus_per_task=None,
-                 tasks_per_node=None, auto_set_gpu=True, rpc_layer="grpc"):
+    def __init__(self, jobs: dict[str, int] | None = None, port_base: int = 8888,
+                 gpus_per_node: int | None = None, gpus_per_task: int | None = None,
+                 tasks_per_node: int | dict[str, int] | None = None, auto_set_gpu: bool = True,
+                 rpc_layer: str | None = "grpc") -> None:
         self._task = slurm_task_variables()
         self._mpirun = self._task is MPIRUN_TASK
         self._rank = self._task.rank()
@@ -143,7 +147,8 @@ class SlurmClusterResolver(ClusterResolver):
             raise RuntimeError(f"{self._task.rank_variable}={self._rank} is outside the "
                                f"{num_tasks} tasks of this step.")
 
-    def _resolve_task_configuration(self, tasks_per_node):
+    def _resolve_task_configuration(self, tasks_per_node: int | dict[str, int] | None
+                                    ) -> dict[str, int]:
         """``{host: number of tasks}``."""
         if isinstance(tasks_per_node, dict):
             return {str(host): int(count) for host, count in tasks_per_node.items()}
@@ -162,7 +167,7 @@ class SlurmClusterResolver(ClusterResolver):
             )
         return dict(zip(hosts, counts))
 
-    def _layout(self):
+    def _layout(self) -> list[tuple[str, str, int]]:
         """``(address, GPU list, index on its host)`` of every task, in rank order."""
         tasks = []
         gpt = self._gpus_per_task
@@ -172,7 +177,7 @@ class SlurmClusterResolver(ClusterResolver):
                 tasks.append((f"{host}:{self._port_base + k}", gpus, k))
         return tasks
 
-    def _own_task(self):
+    def _own_task(self) -> tuple[str, int] | tuple[None, None]:
         start = 0
         for job, count in sorted(self._jobs.items()):
             if start <= self._rank < start + count:
@@ -180,7 +185,7 @@ class SlurmClusterResolver(ClusterResolver):
             start += count
         return None, None  # not reached: the constructor checked the rank
 
-    def _spec(self):
+    def _spec(self) -> ClusterSpec:
         addresses = [address for address, _, _ in self._layout()]
         cluster, start = {}, 0
         for job, count in sorted(self._jobs.items()):
@@ -188,7 +193,7 @@ class SlurmClusterResolver(ClusterResolver):
             start += count
         return ClusterSpec(cluster)
 
-    def cluster_spec(self):
+    def cluster_spec(self) -> ClusterSpec:
         """The cluster, rebuilt on every call; with ``auto_set_gpu`` also sets this task's
         ``CUDA_VISIBLE_DEVICES`` (before any GPU library initialises)."""
         spec = self._spec()
@@ -197,35 +202,36 @@ class SlurmClusterResolver(ClusterResolver):
         return spec
 
     @property
-    def task_type(self):
+    def task_type(self) -> str | None:
         """The job containing this rank (unless set)."""
         return self._own_task()[0] if self._task_type is None else self._task_type
 
     @task_type.setter
-    def task_type(self, task_type):
+    def task_type(self, task_type: str | None) -> None:
         self._task_type = task_type
 
     @property
-    def task_id(self):
+    def task_id(self) -> int | None:
         """This rank's index in its job (unless set)."""
         return self._own_task()[1] if self._task_id is None else self._task_id
 
     @task_id.setter
-    def task_id(self, task_id):
+    def task_id(self, task_id: int | None) -> None:
         self._task_id = task_id
 
     @property
-    def local_rank(self):
+    def local_rank(self) -> int:
         """This task's index on its node: ``SLURM_LOCALID`` (``OMPI_COMM_WORLD_LOCAL_RANK``
         under mpirun), else its position in the layout."""
         local_rank = self._task.local_rank()
         return self._layout()[self._rank][2] if local_rank is None else local_rank
 
-    def get_task_info(self):
+    def get_task_info(self) -> tuple[str | None, int | None]:
         """``(task_type, task_id)``."""
         return self.task_type, self.task_id
 
-    def master(self, task_type=None, task_id=None, rpc_layer=None):
+    def master(self, task_type: str | None = None, task_id: int | None = None,
+               rpc_layer: str | None = None) -> str:
         """``"<rpc_layer>://<address>"`` of the named task, this one by default."""
         task_type = self.task_type if task_type is None else task_type
         task_id = self.task_id if task_id is None else task_id
@@ -234,7 +240,8 @@ class SlurmClusterResolver(ClusterResolver):
         address = master_address(self._spec(), task_type, task_id)
         return format_master_url(address, rpc_layer or self.rpc_layer)
 
-    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+    def num_accelerators(self, task_type: str | None = None, task_id: int | None = None,
+                         config_proto: object = None) -> dict[str, int]:
         """``{"GPU": gpus_per_task}``; arguments unused."""
         del task_type, task_id, config_proto
         return {"GPU": self._gpus_per_task}

@@ -9,8 +9,11 @@
 It is re-read on every access, so changes made after the resolver was built are seen.
 """
 
+from __future__ import annotations
+
 import json
 import os
+from typing import Any
 
 from mpidist.cluster_resolver.base import ClusterResolver, format_master_url, master_address
 from mpidist.cluster_resolver.cluster_spec import ClusterSpec
@@ -22,14 +25,14 @@ TF_CONFIG_EXAMPLE = (
 )
 
 
-def _bad_tf_config(raw, why):
+def _bad_tf_config(raw: str, why: str) -> ValueError:
     return ValueError(
         f"The TF_CONFIG environment variable {why}: {raw!r}. It must be a JSON object, e.g. "
         f"TF_CONFIG='{TF_CONFIG_EXAMPLE}'"
     )
 
 
-def load_tf_config():
+def load_tf_config() -> dict[str, Any]:
     """``$TF_CONFIG`` parsed; ``{}`` when it is unset or empty.
 
     Raises:
@@ -48,7 +51,7 @@ def load_tf_config():
     return config
 
 
-def _task_section():
+def _task_section() -> dict[str, Any]:
     task = load_tf_config().get("task", {})
     if not isinstance(task, dict):
         raise ValueError(
@@ -74,25 +77,26 @@ class TFConfigClusterResolver(ClusterResolver):
         environment: returned by ``environment`` (``""`` when None).
     """
 
-    def __init__(self, task_type=None, task_id=None, rpc_layer=None, environment=None):
+    def __init__(self, task_type: str | None = None, task_id: int | None = None,
+                 rpc_layer: str | None = None, environment: str | None = None) -> None:
         self._task_type = task_type
         self._task_id = task_id
         self._rpc_layer = rpc_layer
         self._environment = environment
 
     @property
-    def task_type(self):
+    def task_type(self) -> str | None:
         if self._task_type is not None:
             return str(self._task_type)
         task = _task_section()
         return str(task["type"]) if "type" in task else None
 
     @task_type.setter
-    def task_type(self, task_type):
+    def task_type(self, task_type: str | None) -> None:
         self._task_type = task_type
 
     @property
-    def task_id(self):
+    def task_id(self) -> int | None:
         if self._task_id is not None:
             return int(self._task_id)
         task = _task_section()
@@ -106,28 +110,29 @@ class TFConfigClusterResolver(ClusterResolver):
             ) from None
 
     @task_id.setter
-    def task_id(self, task_id):
+    def task_id(self, task_id: int | None) -> None:
         self._task_id = task_id
 
     @property
-    def rpc_layer(self):
+    def rpc_layer(self) -> str | None:
         if self._rpc_layer is not None:
             return self._rpc_layer
         return load_tf_config().get("rpc_layer")
 
     @rpc_layer.setter
-    def rpc_layer(self, rpc_layer):
+    def rpc_layer(self, rpc_layer: str | None) -> None:
         self._rpc_layer = rpc_layer
 
     @property
-    def environment(self):
+    def environment(self) -> str:
         return "" if self._environment is None else self._environment
 
-    def cluster_spec(self):
+    def cluster_spec(self) -> ClusterSpec:
         """The ``cluster`` of ``$TF_CONFIG`` as a ClusterSpec (empty when absent)."""
         return ClusterSpec(load_tf_config().get("cluster") or {})
 
-    def master(self, task_type=None, task_id=None, rpc_layer=None):
+    def master(self, task_type: str | None = None, task_id: int | None = None,
+               rpc_layer: str | None = None) -> str:
         """The master address (only meaningful for TF1-style sessions).
 
         Args:

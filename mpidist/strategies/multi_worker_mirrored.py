@@ -90,6 +90,7 @@ def _worker_identity(resolver: ClusterResolver, comm: Communicator
         return "worker", comm.rank, comm.rank, comm.rank == 0
     task_type, task_id = resolver.task_type, resolver.task_id
     validate_cluster_spec(spec, task_type, task_id)
+    assert task_type is not None and task_id is not None  # refused by validate_cluster_spec
     worker_id = id_in_cluster(spec, task_type, task_id)
     workers = num_workers(spec, task_type)
     if workers != comm.size or worker_id != comm.rank:
