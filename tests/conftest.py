@@ -39,8 +39,14 @@ def gate_reachers(path):
     ``need_gpus`` (or a name it was imported as), and, to a fixed point, those calling or taking
     as a fixture argument a function that does."""
     try:
-        tree = ast.parse(Path(path).read_text())
-    except (OSError, SyntaxError, ValueError):
+        source = Path(path).read_text()
+    except (OSError, ValueError):
+        return frozenset()
+    if GATE not in source:  # no call and no import of the gate: skip parsing (most modules)
+        return frozenset({GATE})
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
         return frozenset()
     reaching = {GATE}
     for node in ast.walk(tree):
