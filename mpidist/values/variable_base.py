@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from mpidist.backend import device_of
 from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.types import Array, VariableAggregation, VariableSynchronization
 
@@ -100,10 +99,10 @@ class VariableBase(ArrayIdentity):
         aggregation: A VariableAggregation (or its name); NONE when None.
         distribute_strategy: The strategy that owns it (``distribute_strategy``), or None.
         value: For a kind that holds its value here (a plain ``Variable``): a function of the
-            checked device that makes the value. It is called once every argument passed
-            (so a user's ``initial_value`` callable runs only then, as TF); the result is the
-            variable's storage (``_value``) and gives dtype, shape and, when no device was
-            named, the device.
+            checked device that makes the value on that device (host memory for None). It is
+            called once every argument passed (so a user's ``initial_value`` callable runs
+            only then, as TF); the result is the variable's storage (``_value``) and gives
+            dtype and shape.
 
     Attributes:
         distributed_container: The MirroredVariable / SyncOnReadVariable this variable is one
@@ -143,8 +142,6 @@ class VariableBase(ArrayIdentity):
         if value is not None:
             self._value = value(placed)
             dtype, shape = self._value.dtype, self._value.shape
-            if placed is None:
-                placed = device_of(self._value)
         elif dtype is None or shape is None:
             raise TypeError("VariableBase needs dtype and shape, a value, or a variable `like`.")
         self._name = name

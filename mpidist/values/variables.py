@@ -191,6 +191,8 @@ class Variable(VariableBase, metaclass=_VariableMeta):
                 ``distribute_strategy`` reports): OneDeviceStrategy's creator passes itself;
                 None (the default) for a variable of no strategy, e.g. a checkpoint's counter.
         """
+        if distribute_strategy is None:  # the common case: type's own call skips _VariableMeta
+            return type.__call__(cls, *args, **kwargs)
         check_call(Variable.__init__, cls, *args, **kwargs)  # __init__'s checks, then its body
         variable = cls.__new__(cls)
         variable._init_local(*args, distribute_strategy=distribute_strategy, **kwargs)
