@@ -13,14 +13,23 @@ costs one collective, as the seed broadcast alone did before:
   DATA sharding of different datasets means.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import os
 import sys
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mpidist.core.user_calls import user_call
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable
+    from types import FrameType
+
+    from mpidist.data.distributed import InputWorkers
 
 __all__ = ["Agreement", "agree"]
 
@@ -34,7 +43,8 @@ class Agreement:
     steps: int | None = None  # the job's number of steps where every worker proved its own, else None
 
 
-def agree(workers, api, steps=None, rows=None, **fields):
+def agree(workers: InputWorkers, api: str, steps: int | None = None, rows: int | None = None,
+          **fields: Hashable) -> Agreement:
     """The seed and the step agreement for a distributed dataset made by ``api``.
 
     Args:
@@ -55,13 +65,14 @@ def agree(workers, api, steps=None, rows=None, **fields):
     buf = np.array([seed if workers.worker_index == 0 else 0,
                     mine[0], -mine[0], mine[1], -mine[1]], dtype=np.int64)
     with user_call(api, **fields):
-        workers.comm.all_reduce(buf, "max", timeout=workers.timeout_seconds)
+        # multi_worker: comm is set
+        workers.comm.all_reduce(buf, "max", timeout=workers.timeout_seconds)  # type: ignore[union-attr]
         seed = int(buf[0])
         lo_steps, hi_steps, lo_rows, hi_rows = -buf[2], buf[1], -buf[4], buf[3]
         proven = lo_steps != _UNPROVEN
         if proven and (lo_steps != hi_steps or lo_rows != hi_rows):
             # Every worker sees the same totals, so every worker makes this call.
-            table = workers.comm.all_gather(np.array([mine], dtype=np.int64),
+            table = workers.comm.all_gather(np.array([mine], dtype=np.int64),  # type: ignore[union-attr]
                                             timeout=workers.timeout_seconds)
             if workers.worker_index == 0:
                 warnings.warn(_differing_datasets(api, table), UserWarning,
@@ -72,7 +83,7 @@ def agree(workers, api, steps=None, rows=None, **fields):
     return Agreement(seed, lo_steps == hi_steps, -1 if lo_steps == -1 else int(hi_steps))
 
 
-def _differing_datasets(api, table):
+def _differing_datasets(api: str, table: np.ndarray) -> str:
     per_rank = "; ".join(f"rank {r}: {_count(s)} step(s) from {n} source element(s)"
                          for r, (s, n) in enumerate(table.tolist()))
     return (
@@ -85,14 +96,15 @@ def _differing_datasets(api, table):
         "strategy.distribute_datasets_from_function.")
 
 
-def _user_stacklevel():
+def _user_stacklevel() -> int:
     """The stacklevel, for a warning issued in the caller, of the first frame outside mpidist:
     the warning then points at the user's line."""
+    frame: FrameType | None
     level, frame = 2, sys._getframe(2)  # frame 2 (agree's caller) is stacklevel 2
     while frame is not None and frame.f_globals.get("__name__", "").startswith("mpidist."):
         level, frame = level + 1, frame.f_back
     return level
 
 
-def _count(steps):
+def _count(steps: int) -> str:
     return "infinitely many" if steps == -1 else str(steps)

@@ -8,7 +8,10 @@ with the value and the fix. Counts, sizes, seeds and flags are checked for type 
 else.
 """
 
+from __future__ import annotations
+
 import collections.abc
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,11 +20,14 @@ from mpidist.core import nest
 from mpidist.data.spec import TensorSpec
 from mpidist.errors import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from mpidist.data.element import Element, Structure
+
 __all__ = ["to_data", "short", "flatten_up_to", "positive_int", "count_int", "count_or_all",
            "flag", "check_signature", "seed_int"]
 
 
-def to_data(x, what):
+def to_data(x: Any, what: str) -> Element:
     """User input as a data structure: tuples / dicts stay structure, everything else an array.
     ``what`` names where the value came from, for the error a value that is no array gets."""
     if isinstance(x, (tuple, collections.abc.Mapping)):
@@ -29,27 +35,27 @@ def to_data(x, what):
     return _leaf_array(x, what)
 
 
-def _lists_as_leaves(x):
+def _lists_as_leaves(x: Any) -> Any:
     # nest treats lists as structure; tf.data treats them as tensors, so wrap them first.
     if isinstance(x, list):
         return _ListLeaf(x)
     if isinstance(x, collections.abc.Mapping):
         items = {k: _lists_as_leaves(v) for k, v in x.items()}
-        return items if type(x) is dict else type(x)(items)
+        return items if type(x) is dict else type(x)(items)  # type: ignore[call-arg]  # its own class
     if isinstance(x, tuple):
-        items = [_lists_as_leaves(v) for v in x]
-        return type(x)._make(items) if nest.is_namedtuple(x) else tuple(items)
+        values = [_lists_as_leaves(v) for v in x]
+        return type(x)._make(values) if nest.is_namedtuple(x) else tuple(values)  # type: ignore[attr-defined]
     return x
 
 
 class _ListLeaf:
     __slots__ = ("items",)
 
-    def __init__(self, items):
+    def __init__(self, items: list[Any]) -> None:
         self.items = items
 
 
-def _leaf_array(x, what):
+def _leaf_array(x: Any, what: str) -> np.ndarray:
     if isinstance(x, _ListLeaf):
         x = x.items
     given = x
@@ -70,12 +76,12 @@ def _leaf_array(x, what):
     return x
 
 
-def short(x):
+def short(x: object) -> str:
     text = repr(x)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def flatten_up_to(structure, value):
+def flatten_up_to(structure: Structure, value: Any) -> list[Any]:
     """``value``'s parts at the leaves of ``structure`` (a shape tuple is one leaf there)."""
     if not nest.is_nested(structure):
         return [value]
@@ -93,14 +99,14 @@ def flatten_up_to(structure, value):
     return [leaf for child, part in zip(children, parts) for leaf in flatten_up_to(child, part)]
 
 
-def positive_int(name, value):
+def positive_int(name: str, value: object) -> int:
     value = count_int(name, value)
     if value <= 0:
         raise InvalidArgumentError(f"{name} must be greater than zero, got {value}.")
     return value
 
 
-def count_int(name, value):
+def count_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}.")
     if not -2 ** 63 <= value < 2 ** 63:  # tf.data's counts are int64 (and islice's limit)
@@ -108,7 +114,7 @@ def count_int(name, value):
     return int(value)
 
 
-def count_or_all(name, value, meaning):
+def count_or_all(name: str, value: object, meaning: str) -> int:
     """A count where -1 means all; other negatives are refused (tf.data reads them as -1)."""
     value = count_int(name, value)
     if value < -1:
@@ -117,14 +123,14 @@ def count_or_all(name, value, meaning):
     return value
 
 
-def flag(name, value):
+def flag(name: str, value: object) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False, got {value!r} of type "
                         f"{type(value).__name__}.")
     return bool(value)
 
 
-def check_signature(name, signature):
+def check_signature(name: str, signature: Structure) -> None:
     """Every leaf of ``signature`` is a TensorSpec (a dtype alone says nothing of the shape)."""
     for leaf in nest.flatten(signature):
         if not isinstance(leaf, TensorSpec):
@@ -134,7 +140,7 @@ def check_signature(name, signature):
                 f"in {short(signature)}.")
 
 
-def seed_int(seed):
+def seed_int(seed: object) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative int or None, got {seed!r}.")
     return int(seed)

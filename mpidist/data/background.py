@@ -17,7 +17,7 @@ _END = object()
 class _Failure:
     __slots__ = ("error",)
 
-    def __init__(self, error):
+    def __init__(self, error: BaseException) -> None:
         self.error = error
 
 
@@ -28,7 +28,7 @@ def iterate_in_background(it: Iterator[T], buffer_size: int) -> Iterator[T]:
     q: queue.Queue[Any] = queue.Queue(maxsize=buffer_size)  # elements, _END or a _Failure
     stop = threading.Event()
 
-    def put(item):
+    def put(item: object) -> bool:
         while not stop.is_set():
             try:
                 q.put(item, timeout=0.05)
@@ -37,7 +37,7 @@ def iterate_in_background(it: Iterator[T], buffer_size: int) -> Iterator[T]:
                 continue
         return False
 
-    def produce():
+    def produce() -> None:
         try:
             for element in it:
                 if not put(element):

@@ -13,9 +13,12 @@ proved, when the distributed dataset was made, the same number of steps (``agree
 sharding of in-memory sources, or lists, of the same length everywhere.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -50,6 +53,15 @@ from mpidist.errors import InvalidArgumentError, OutOfRangeError
 from mpidist.logs import get_logger
 from mpidist.values.containers import PerReplica
 
+if TYPE_CHECKING:
+    from mpidist.comm.communicator import Communicator
+    from mpidist.core.devices import DeviceSpec
+    from mpidist.data.element import Element, Leaves, Step, Structure
+
+# One step as the distributed iterator hands it on: each local replica's leaves (None once the
+# input has ended), and whether this worker still had data.
+_Filled: TypeAlias = "tuple[list[Leaves] | None, bool]"
+
 __all__ = ["InputWorkers", "DistributedDataset", "DistributedIterator", "Optional",
            "distribute_dataset", "distribute_from_function", "epoch_iterator"]
 
@@ -60,25 +72,25 @@ log = get_logger("mpidist.data")
 class InputWorkers:
     """What a strategy tells the input layer about where batches go."""
 
-    devices: tuple  # this worker's replica devices (DeviceSpecs), in local replica order
+    devices: tuple[DeviceSpec, ...]  # this worker's replica devices (DeviceSpecs), in local replica order
     num_workers: int = 1
     worker_index: int = 0
     num_replicas_in_sync: int = 1
-    comm: object = None  # the Communicator that agrees end of data and seeds (multi-worker)
+    comm: Communicator | None = None  # the Communicator that agrees end of data and seeds (multi-worker)
     timeout_seconds: float | None = None
     per_replica_allowed: bool = False  # PER_REPLICA pipelines (MirroredStrategy only)
     uniform: bool = True  # every worker has the same number of replicas
 
     @property
-    def replicas_per_worker(self):
+    def replicas_per_worker(self) -> int:
         return len(self.devices)
 
     @property
-    def multi_worker(self):
+    def multi_worker(self) -> bool:
         return self.comm is not None and self.num_workers > 1
 
 
-def _check_options(options):
+def _check_options(options: InputOptions | None) -> InputOptions:
     if options is None:
         return InputOptions()
     if not isinstance(options, InputOptions):
@@ -91,14 +103,15 @@ def _check_options(options):
     return options
 
 
-def _check_not_distributed(value, api):
+def _check_not_distributed(value: object, api: str) -> None:
     if isinstance(value, DistributedDataset):
         raise TypeError(
             f"{api} was given a DistributedDataset, which is already distributed over the "
             "replicas: iterate it directly, or pass the mpidist.data.Dataset it was made from.")
 
 
-def distribute_dataset(dataset, workers, options=None):
+def distribute_dataset(dataset: Dataset | Iterable[Element], workers: InputWorkers,
+                       options: InputOptions | None = None) -> DistributedDataset:
     """``experimental_distribute_dataset``: split each global batch over all replicas."""
     api = "experimental_distribute_dataset"
     options = _check_options(options)
@@ -146,7 +159,7 @@ def distribute_dataset(dataset, workers, options=None):
     agreed = agree(workers, api, steps, rows, auto_shard_policy=policy.name)
     passes = _Passes(dataset, api)
 
-    def local_steps(iteration):
+    def local_steps(iteration: int) -> Iterator[Step]:
         passes.start()
         batches = _iterate(dataset, sharding.context(iteration, agreed.seed))
         if balanced:
@@ -174,7 +187,9 @@ def distribute_dataset(dataset, workers, options=None):
                               cardinality, agree_end=workers.multi_worker and not agreed.same_steps)
 
 
-def distribute_from_function(dataset_fn, workers, options=None):
+def distribute_from_function(dataset_fn: Callable[[InputContext], Dataset | Iterable[Element]],
+                             workers: InputWorkers,
+                             options: InputOptions | None = None) -> DistributedDataset:
     """``distribute_datasets_from_function``: ``dataset_fn(InputContext)`` builds each input
     pipeline, already batched per replica; nothing is rebatched or sharded."""
     api = "distribute_datasets_from_function"
@@ -205,7 +220,7 @@ def distribute_from_function(dataset_fn, workers, options=None):
     agreed = agree(workers, api)
     passes = [_Passes(p, api) for p in pipelines]
 
-    def local_steps(iteration):
+    def local_steps(iteration: int) -> Iterator[Step]:
         for p in passes:
             p.start()
         streams = [_iterate(p, IterationContext(iteration, agreed.seed)) for p in pipelines]
@@ -235,15 +250,15 @@ class _Sharding:
     and the shard each IterationContext carries."""
 
     policy: AutoShardPolicy = AutoShardPolicy.AUTO
-    file_shard: tuple | None = None  # (num_workers, worker_index, the reader node)
-    source_shard: tuple | None = None  # (num_workers, worker_index) at the chain's source
-    shard_hint: tuple = (1, 0)
+    file_shard: tuple[int, int, Dataset] | None = None  # (num_workers, worker_index, the reader node)
+    source_shard: tuple[int, int] | None = None  # (num_workers, worker_index) at the chain's source
+    shard_hint: tuple[int, int] = (1, 0)
 
-    def context(self, iteration, seed):
+    def context(self, iteration: int, seed: int) -> IterationContext:
         return IterationContext(iteration, seed, self.source_shard, self.file_shard,
                                 self.shard_hint)
 
-    def describe(self):
+    def describe(self) -> str:
         if self.file_shard is not None:
             return f", files {self.file_shard[1]}::{self.file_shard[0]} of the reader"
         if self.source_shard is not None:
@@ -251,7 +266,7 @@ class _Sharding:
         return ""
 
 
-def _sharding(dataset, policy, workers):
+def _sharding(dataset: Dataset, policy: AutoShardPolicy, workers: InputWorkers) -> _Sharding:
     """TF's auto-shard rules (spec 7.2). FILE: the first reader found walking up from the
     output reads only this worker's files (fewer files than workers is TF's error); a pipeline
     that reads no files has its source elements sharded instead (an mpidist extension: TF
@@ -297,10 +312,10 @@ class _Passes:
     """Counts the passes over a one-shot input (a generator, an iterator): a second pass would
     silently continue where the first stopped, or give nothing, so it is an error."""
 
-    def __init__(self, source, api):
+    def __init__(self, source: object, api: str) -> None:
         self._one_shot, self._api, self._started = is_one_shot(source), api, False
 
-    def start(self):
+    def start(self) -> None:
         if self._one_shot and self._started:
             raise RuntimeError(
                 f"The input given to {self._api} is a one-shot iterator (a generator object, "
@@ -310,22 +325,22 @@ class _Passes:
         self._started = True
 
 
-def _is_scalar(leaf):
+def _is_scalar(leaf: Any) -> bool:
     return leaf.shape == () if isinstance(leaf, TensorSpec) else np.ndim(leaf) == 0
 
 
-def _check_components(spec, api):
+def _check_components(spec: Structure, api: str) -> None:
     if not nest.flatten(spec):
         raise ValueError(
             f"{api}: the dataset's elements have no components (element_spec {spec!r}), so "
             "there is no batch to hand to the replicas. Give each element at least one array.")
 
 
-def _iterate(source, ctx):
+def _iterate(source: Dataset | Iterable[Element], ctx: IterationContext) -> Iterator[Element]:
     return iterate(source, ctx) if isinstance(source, Dataset) else iter(source)
 
 
-def _cardinality(source):
+def _cardinality(source: Any) -> int:
     if isinstance(source, Dataset):
         return source.cardinality()
     try:
@@ -339,7 +354,9 @@ class DistributedDataset:
     ask its ``element_spec`` or ``cardinality()``. Each ``iter()`` is a new pass over the data
     (a new epoch: reshuffling shuffles draw a new order)."""
 
-    def __init__(self, local_steps, workers, options, replica_specs, cardinality, agree_end):
+    def __init__(self, local_steps: Callable[[int], Iterator[Step]], workers: InputWorkers,
+                 options: InputOptions, replica_specs: Sequence[Structure], cardinality: int,
+                 agree_end: bool) -> None:
         self._local_steps = local_steps
         self._agree_end = agree_end
         self._workers = workers
@@ -349,31 +366,31 @@ class DistributedDataset:
         self._iterations = itertools.count()
         self._element_spec = _wrap_specs(replica_specs)
 
-    def __iter__(self):
+    def __iter__(self) -> DistributedIterator:
         return DistributedIterator(self)
 
     @property
-    def element_spec(self):
+    def element_spec(self) -> Structure:
         """The spec of one step: a PerReplicaSpec per leaf with several local replicas, else the
         replica's spec (None where the input's spec is not known in advance)."""
         return self._element_spec
 
-    def cardinality(self):
+    def cardinality(self) -> int:
         """The number of steps per pass, or INFINITE_CARDINALITY (-1) / UNKNOWN_CARDINALITY (-2)."""
         return self._cardinality
 
-    def __len__(self):
+    def __len__(self) -> int:
         raise TypeError(
             "A DistributedDataset has no len(); use cardinality() for the number of steps.")
 
-    def reduce(self, initial_state, reduce_func):
+    def reduce(self, initial_state: object, reduce_func: Callable[..., Any]) -> Any:
         raise ValueError(
             "DistributedDataset.reduce is not supported: its elements are PerReplica values, "
             "which cannot be combined outside a replica context. Iterate it and combine the "
             "steps with strategy.run and strategy.reduce.")
 
 
-def _wrap_specs(replica_specs):
+def _wrap_specs(replica_specs: Sequence[Structure]) -> Structure:
     if any(s is None for s in replica_specs):
         return None
     if len(replica_specs) == 1:
@@ -390,7 +407,7 @@ class DistributedIterator:
     ``get_next_as_optional()`` returns an ``Optional`` instead of raising.
     """
 
-    def __init__(self, dataset, epoch=None):
+    def __init__(self, dataset: DistributedDataset, epoch: int | None = None) -> None:
         self._dataset = dataset
         workers = dataset._workers
         self._workers = workers
@@ -398,11 +415,11 @@ class DistributedIterator:
         self._spec = dataset._element_spec
         # Per replica, the flat leaves an empty batch is shaped after (a spec until data comes).
         specs = dataset._replica_specs
-        self._templates = [None if t is None else nest.flatten(t) for t in specs]
+        self._templates: list[Leaves | None] = [None if t is None else nest.flatten(t) for t in specs]
         self._structure = next((t for t in specs if t is not None), None)
         options = dataset._options
         epoch = next(dataset._iterations) if epoch is None else epoch
-        steps = self._filled(dataset._local_steps(epoch))
+        steps: Iterator[_Filled] = self._filled(dataset._local_steps(epoch))
         gpus = any(d.is_gpu for d in workers.devices)
         self._uploader = Uploader() if gpus and options.experimental_fetch_to_device else None
         if self._uploader is not None:
@@ -413,26 +430,26 @@ class DistributedIterator:
         self._steps = steps
 
     @property
-    def element_spec(self):
+    def element_spec(self) -> Structure:
         return self._dataset.element_spec
 
-    def __iter__(self):
+    def __iter__(self) -> DistributedIterator:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Element:
         try:
             return self.get_next()
         except OutOfRangeError:
             raise StopIteration from None
 
-    def get_next(self):
+    def get_next(self) -> Element:
         """The next step's batches; OutOfRangeError once no replica of any worker has data."""
         value = self.get_next_as_optional()
         if not value.has_value():
             raise OutOfRangeError("End of sequence")
         return value.get_value()
 
-    def get_next_as_optional(self):
+    def get_next_as_optional(self) -> Optional:
         """The next step as an ``Optional``, empty once no replica of any worker has data."""
         mode = state.current_mode()
         if mode.replica_context is not None and not mode.is_default:
@@ -446,7 +463,8 @@ class DistributedIterator:
             flag = np.array([1 if has_data else 0], dtype=np.int32)
             # One label for next(), get_next() and get_next_as_optional(): ranks may mix them.
             with user_call("DistributedIterator.get_next"):
-                self._workers.comm.all_reduce(flag, "max", timeout=self._workers.timeout_seconds)
+                self._workers.comm.all_reduce(  # type: ignore[union-attr]  # agree_end: a comm
+                    flag, "max", timeout=self._workers.timeout_seconds)
             has_data = bool(flag[0])
         if not has_data:
             self._done = True
@@ -457,7 +475,7 @@ class DistributedIterator:
         return Optional(self._wrap(parts), self._spec)
 
     # -- internals ----------------------------------------------------------------------------
-    def _filled(self, raw):
+    def _filled(self, raw: Iterator[Step]) -> Iterator[_Filled]:
         """Endless (parts, has_data) steps, parts being each replica's flat leaves: a replica
         without an element gets an empty batch shaped like the last element it saw (or its
         spec); once the input has ended every step is (None, False)."""
@@ -468,11 +486,11 @@ class DistributedIterator:
                     parts[i] = self._empty(i)
                 else:
                     self._templates[i] = leaves
-            yield parts, True
+            yield parts, True  # type: ignore[misc]  # every None was filled above
         while True:
             yield None, False
 
-    def _empty(self, index):
+    def _empty(self, index: int) -> Leaves:
         template = self._templates[index]
         if template is None:
             raise ValueError(
@@ -488,12 +506,12 @@ class DistributedIterator:
             return nest.flatten(empty_like_spec(template))
         return [leaf[0:0] for leaf in template]
 
-    def _place(self, parts):
+    def _place(self, parts: Sequence[Leaves]) -> list[Leaves]:
         """Each replica's leaves copied to its device (GPU replicas only)."""
-        return [self._uploader.upload(leaves, device)
+        return [self._uploader.upload(leaves, device)  # type: ignore[union-attr]  # GPU replicas: set
                 for leaves, device in zip(parts, self._workers.devices)]
 
-    def _wrap(self, parts):
+    def _wrap(self, parts: Sequence[Leaves]) -> Element:
         structure = self._structure
         if len(parts) == 1:
             leaves = parts[0]
@@ -503,7 +521,7 @@ class DistributedIterator:
         return nest.pack_sequence_as(structure, leaves) if nest.is_nested(structure) else leaves[0]
 
 
-def epoch_iterator(data: "DistributedDataset | Dataset", epoch: int) -> Iterator:
+def epoch_iterator(data: DistributedDataset | Dataset, epoch: int) -> Iterator[Element]:
     """An iterator over pass number ``epoch`` of ``data`` (a DistributedDataset or a Dataset):
     what its ``epoch``-th ``iter()`` gives, so a resumed job sees the same shuffles it would
     have seen running through."""
@@ -517,29 +535,29 @@ class Optional:
 
     __slots__ = ("_value", "_has_value", "_element_spec")
 
-    def __init__(self, value, element_spec=None):
+    def __init__(self, value: Element, element_spec: Structure = None) -> None:
         self._value, self._has_value = value, value is not None
         self._element_spec = element_spec
 
     @staticmethod
-    def empty(element_spec=None):
+    def empty(element_spec: Structure = None) -> Optional:
         return Optional(None, element_spec)
 
     @staticmethod
-    def from_value(value):
+    def from_value(value: Element) -> Optional:
         return Optional(value)
 
-    def has_value(self):
+    def has_value(self) -> bool:
         return self._has_value
 
-    def get_value(self):
+    def get_value(self) -> Element:
         if not self._has_value:
             raise InvalidArgumentError("The optional does not have a value.")
         return self._value
 
     @property
-    def element_spec(self):
+    def element_spec(self) -> Structure:
         return self._element_spec
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Optional(has_value={self._has_value})"

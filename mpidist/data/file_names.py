@@ -4,6 +4,8 @@
 Nothing here knows about datasets; ``mpidist.data.dataset`` and the readers build on it.
 """
 
+from __future__ import annotations
+
 import glob
 import os
 
@@ -14,7 +16,7 @@ from mpidist.errors import InvalidArgumentError, NotFoundError
 __all__ = ["match_patterns", "file_name", "file_list", "require_file"]
 
 
-def file_name(value, what):
+def file_name(value: object, what: str) -> str:
     """One file name as a str: a str, bytes, os.PathLike or NumPy string scalar."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value.item()
@@ -28,7 +30,7 @@ def file_name(value, what):
                     f"{type(value).__name__} {value!r:.80}.")
 
 
-def file_list(value, what):
+def file_list(value: object, what: str) -> tuple[str, ...]:
     """One file name or a list / tuple / 1-D array of them, as a tuple of str (at least one)."""
     if isinstance(value, np.ndarray) and value.ndim == 1:
         value = value.tolist()
@@ -38,14 +40,14 @@ def file_list(value, what):
     return tuple(file_name(v, what) for v in names)
 
 
-def match_patterns(file_pattern):
+def match_patterns(file_pattern: object) -> list[str]:
     """The files matching ``file_pattern`` (a glob pattern or a list of them), sorted, each once.
 
     As in TensorFlow, a pattern that matches nothing is an error naming it (rather than an
     empty dataset that would train on nothing): every pattern given must match a file.
     """
     patterns = file_list(file_pattern, "list_files: file_pattern")
-    found = set()
+    found: set[str] = set()
     for pattern in patterns:
         matches = [m for m in glob.glob(os.path.expanduser(pattern)) if not os.path.isdir(m)]
         if not matches:
@@ -56,7 +58,7 @@ def match_patterns(file_pattern):
     return sorted(found)
 
 
-def require_file(path, reader):
+def require_file(path: str, reader: str) -> str:
     """``path`` if it is a readable regular file, else TF's NotFoundError naming it."""
     if not os.path.exists(path):
         raise NotFoundError(f"{reader}: {path}: No such file or directory.")

@@ -9,10 +9,17 @@ and the one-line fix. ``distribute_datasets_from_function`` applies the same rul
 ``dataset_fn`` returns.
 """
 
+from __future__ import annotations
+
 import collections.abc
 import inspect
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from mpidist.backend import is_array
+
+if TYPE_CHECKING:
+    from mpidist.data.element import Element
 
 __all__ = ["describe", "check_input", "check_dataset_fn", "is_one_shot"]
 
@@ -21,7 +28,7 @@ _FIX_PER_REPLICA = ("mpidist.data.Dataset.from_tensor_slices(x)"
                     ".batch(input_context.get_per_replica_batch_size(GLOBAL_BATCH))")
 
 
-def describe(value):
+def describe(value: Any) -> str:
     """A short account of ``value`` for an error message: its type and, for arrays and
     containers of them, the shapes."""
     if is_array(value):
@@ -41,7 +48,7 @@ def describe(value):
     return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name} ({text})"
 
 
-def _shapes(items):
+def _shapes(items: Iterable[object]) -> str:
     parts = []
     for item in items:
         shape = getattr(item, "shape", None)
@@ -49,7 +56,7 @@ def _shapes(items):
     return ", ".join(parts[:8]) + (", ..." if len(parts) > 8 else "")
 
 
-def _misread(value):
+def _misread(value: Any) -> str | None:
     """How iterating ``value`` as a stream of batches would misread it, or None if it is an
     acceptable stream (or not iterable at all, which ``check_input`` reports)."""
     if is_array(value):
@@ -68,7 +75,7 @@ def _misread(value):
     return None
 
 
-def check_input(value, api, per_replica=False):
+def check_input(value: Any, api: str, per_replica: bool = False) -> None:
     """Raise TypeError unless ``value`` can be read as a stream of batches by ``api``.
 
     ``per_replica`` says the batches are per replica (what a ``dataset_fn`` returns), which
@@ -98,7 +105,7 @@ def check_input(value, api, per_replica=False):
             _check_batch(batch, index, api, kind, fix)
 
 
-def _check_batch(batch, index, api, kind, fix):
+def _check_batch(batch: Element, index: int, api: str, kind: str, fix: str) -> None:
     leaves = _leaves(batch)
     problem = None
     if not leaves:
@@ -116,7 +123,7 @@ def _check_batch(batch, index, api, kind, fix):
             f"{problem}. For a list of examples, build a dataset: {fix}.")
 
 
-def _leaves(batch):
+def _leaves(batch: Element) -> list[Any]:
     if isinstance(batch, collections.abc.Mapping):
         return [leaf for v in batch.values() for leaf in _leaves(v)]
     if isinstance(batch, (tuple, list)):
@@ -124,13 +131,13 @@ def _leaves(batch):
     return [batch]
 
 
-def is_one_shot(value):
+def is_one_shot(value: object) -> bool:
     """Whether iterating ``value`` again would continue where the last pass stopped (a generator
     or other iterator) rather than start over (a list, a Dataset)."""
     return isinstance(value, collections.abc.Iterator)
 
 
-def check_dataset_fn(dataset_fn):
+def check_dataset_fn(dataset_fn: object) -> None:
     """``distribute_datasets_from_function``'s ``dataset_fn`` must be callable with one
     argument, the InputContext."""
     if isinstance(dataset_fn, type):  # callable, but calling a class builds one of its objects

@@ -1,9 +1,12 @@
 """The small value types of input distribution: dataset options (auto-shard policy) and the
 ``tf.distribute`` input types (InputOptions, InputReplicationMode, InputContext, RunOptions)."""
 
+from __future__ import annotations
+
 import collections
 import enum
 import numbers
+from collections.abc import Sequence
 
 from mpidist.core.sharding import per_replica_batch_size
 from mpidist.core.signatures import accepts
@@ -43,21 +46,21 @@ class DistributeOptions:
 
     __slots__ = ("_auto_shard_policy", "num_devices")
 
-    def __init__(self):
-        self._auto_shard_policy = None
-        self.num_devices = None
+    def __init__(self) -> None:
+        self._auto_shard_policy: AutoShardPolicy | None = None
+        self.num_devices: int | None = None
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         if name not in ("_auto_shard_policy", "num_devices", "auto_shard_policy"):
             raise _unknown_option(self, name, ("auto_shard_policy", "num_devices"))
         object.__setattr__(self, name, value)
 
     @property
-    def auto_shard_policy(self):
+    def auto_shard_policy(self) -> AutoShardPolicy:
         return AutoShardPolicy.AUTO if self._auto_shard_policy is None else self._auto_shard_policy
 
     @auto_shard_policy.setter
-    def auto_shard_policy(self, policy):
+    def auto_shard_policy(self, policy: AutoShardPolicy) -> None:
         if not isinstance(policy, AutoShardPolicy):
             raise TypeError(
                 f"auto_shard_policy must be an mpidist.data.experimental.AutoShardPolicy "
@@ -65,7 +68,7 @@ class DistributeOptions:
         self._auto_shard_policy = policy
 
 
-def _unknown_option(options, name, known):
+def _unknown_option(options: object, name: str, known: Sequence[str]) -> ValueError:
     # A misspelt option that was silently stored would leave the setting the user meant at its
     # default. tf.data raises AttributeError here; a ValueError (a bad argument, with the
     # fields there are) keeps AttributeError for Python's own meaning.
@@ -82,11 +85,11 @@ class Options:
 
     __slots__ = ("experimental_distribute", "deterministic")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.experimental_distribute = DistributeOptions()
-        self.deterministic = None
+        self.deterministic: bool | None = None
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         if name not in Options.__slots__:
             raise _unknown_option(self, name, Options.__slots__)
         if name == "experimental_distribute" and not isinstance(value, DistributeOptions):
@@ -98,7 +101,7 @@ class Options:
         object.__setattr__(self, name, value)
 
     @accepts(other="Options")
-    def merge(self, other):
+    def merge(self, other: Options) -> Options:
         """These options with every field that ``other`` sets taking precedence."""
         merged = Options()
         for source in (self, other):
@@ -111,7 +114,7 @@ class Options:
                 merged.deterministic = source.deterministic
         return merged
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return (isinstance(other, Options)
                 and self.experimental_distribute.auto_shard_policy
                 == other.experimental_distribute.auto_shard_policy
@@ -119,7 +122,7 @@ class Options:
 
     __hash__ = None  # type: ignore[assignment]  # unhashable: Python's idiom, which mypy rejects
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Options(auto_shard_policy={self.experimental_distribute.auto_shard_policy.name}, "
                 f"deterministic={self.deterministic})")
 
@@ -156,10 +159,10 @@ class InputOptions(_InputOptionsBase):
 
     __slots__ = ()
 
-    def __new__(cls, experimental_fetch_to_device=None,
-                experimental_replication_mode=InputReplicationMode.PER_WORKER,
-                experimental_place_dataset_on_device=False,
-                experimental_per_replica_buffer_size=1):
+    def __new__(cls, experimental_fetch_to_device: bool | None = None,
+                experimental_replication_mode: InputReplicationMode | str = InputReplicationMode.PER_WORKER,
+                experimental_place_dataset_on_device: bool = False,
+                experimental_per_replica_buffer_size: int = 1) -> InputOptions:
         if experimental_fetch_to_device is None:
             experimental_fetch_to_device = True
         for name, flag in (("experimental_fetch_to_device", experimental_fetch_to_device),
@@ -205,7 +208,8 @@ class InputContext:
 
     __slots__ = ("_num_input_pipelines", "_input_pipeline_id", "_num_replicas_in_sync")
 
-    def __init__(self, num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1):
+    def __init__(self, num_input_pipelines: int = 1, input_pipeline_id: int = 0,
+                 num_replicas_in_sync: int = 1) -> None:
         for name, value, least in (("num_input_pipelines", num_input_pipelines, 1),
                                    ("input_pipeline_id", input_pipeline_id, 0),
                                    ("num_replicas_in_sync", num_replicas_in_sync, 1)):
@@ -220,18 +224,18 @@ class InputContext:
         self._num_replicas_in_sync = num_replicas_in_sync
 
     @property
-    def num_input_pipelines(self):
+    def num_input_pipelines(self) -> int:
         return self._num_input_pipelines
 
     @property
-    def input_pipeline_id(self):
+    def input_pipeline_id(self) -> int:
         return self._input_pipeline_id
 
     @property
-    def num_replicas_in_sync(self):
+    def num_replicas_in_sync(self) -> int:
         return self._num_replicas_in_sync
 
-    def get_per_replica_batch_size(self, global_batch_size):
+    def get_per_replica_batch_size(self, global_batch_size: int) -> int:
         """``global_batch_size // num_replicas_in_sync``; ValueError if it does not divide."""
         if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, numbers.Integral):
             raise TypeError(
@@ -241,7 +245,7 @@ class InputContext:
             raise ValueError(f"global_batch_size must be greater than zero, got {global_batch_size}.")
         return per_replica_batch_size(int(global_batch_size), self._num_replicas_in_sync)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return (f"mpidist.InputContext(input pipeline id {self._input_pipeline_id}, "
                 f"total: {self._num_input_pipelines})")
 
@@ -256,7 +260,8 @@ class RunOptions(collections.namedtuple("RunOptions", [
 
     __slots__ = ()
 
-    def __new__(cls, experimental_enable_dynamic_batch_size=True,
-                experimental_bucketizing_dynamic_shape=False, experimental_xla_options=None):
+    def __new__(cls, experimental_enable_dynamic_batch_size: bool = True,
+                experimental_bucketizing_dynamic_shape: bool = False,
+                experimental_xla_options: object = None) -> RunOptions:
         return super().__new__(cls, experimental_enable_dynamic_batch_size,
                                experimental_bucketizing_dynamic_shape, experimental_xla_options)

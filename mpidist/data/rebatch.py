@@ -12,23 +12,32 @@ Sub-batches are views of the input batch (no copy) except where the balanced spl
 elements from two input batches at once.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from mpidist.core import nest
 from mpidist.core.sharding import batch_sizes_for_worker, legacy_slices
 from mpidist.errors import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from mpidist.data.distributed import InputWorkers
+    from mpidist.data.element import Element, Leaves, Step
+
 __all__ = ["legacy_steps", "balanced_steps", "per_worker_steps", "per_replica_steps",
            "leading_dim"]
 
 
-def leading_dim(flat, num_replicas):
+def leading_dim(flat: Leaves, num_replicas: int) -> int:
     """The batch size of one element (its leaves' flattened list): the common first dimension."""
     if not flat:
         raise ValueError(
             "An input element has no components (an empty tuple or dict), so there is no batch "
             f"to split across {num_replicas} replicas. Give each element at least one array.")
-    size = None
+    size: int | None = None
     for leaf in flat:
         if np.ndim(leaf) == 0:
             raise ValueError(
@@ -42,10 +51,10 @@ def leading_dim(flat, num_replicas):
                 f"The components of an input batch have different batch sizes ({size} and "
                 f"{leaf.shape[0]}); every component of an element must have the same leading "
                 "dimension.")
-    return size
+    return size  # type: ignore[return-value]  # flat is not empty: its first leaf set it
 
 
-def legacy_steps(batches, workers):
+def legacy_steps(batches: Iterable[Element], workers: InputWorkers) -> Iterator[Step]:
     """AUTO / DATA: each batch is one step, split ``ceil(B / N)``; worker ``w`` keeps global
     sub-batches ``w, w + W, ...`` (so every worker must see the same batches)."""
     W, w, R = workers.num_workers, workers.worker_index, workers.replicas_per_worker  # noqa: N806 - the spec's W, R
@@ -57,7 +66,8 @@ def legacy_steps(batches, workers):
         yield batch, [[leaf[a:b] for leaf in flat] for a, b in slices]
 
 
-def balanced_steps(batches, workers, global_batch_size):
+def balanced_steps(batches: Iterable[Element], workers: InputWorkers,
+                   global_batch_size: int | None) -> Iterator[Step]:
     """OFF / FILE: the stream of elements is cut into sub-batches cycling through
     ``batch_sizes_for_worker``; a replica whose sub-batch got no element gets None.
 
@@ -75,7 +85,7 @@ def balanced_steps(batches, workers, global_batch_size):
     sizes = batch_sizes_for_worker(global_batch_size, W, R, w)
     position = 0
     while True:
-        step = []
+        step: list[Leaves | None] = []
         for _ in range(R):
             step.append(cursor.take(sizes[position % len(sizes)]))
             position += 1
@@ -87,13 +97,14 @@ def balanced_steps(batches, workers, global_batch_size):
 class _Cursor:
     """Reads ``size`` elements at a time from a stream of batches."""
 
-    def __init__(self, batches, num_replicas):
+    def __init__(self, batches: Iterator[Element], num_replicas: int) -> None:
         self._batches, self._n = batches, num_replicas
-        self.structure = self._flat = None
+        self.structure: Element = None
+        self._flat: Leaves = None  # type: ignore[assignment]  # set by _advance before take reads it
         self._offset = self._size = 0
         self.exhausted = False
 
-    def _advance(self):
+    def _advance(self) -> bool:
         for batch in self._batches:
             flat = nest.flatten(batch)
             self.structure, self._flat = batch, flat
@@ -103,12 +114,12 @@ class _Cursor:
         self.exhausted = True
         return False
 
-    def peek_size(self):
+    def peek_size(self) -> int | None:
         """Read the first batch (its structure is the step's); its size, or None if none."""
         return self._size if self._advance() else None
 
-    def take(self, size):
-        pieces = []
+    def take(self, size: int) -> Leaves | None:
+        pieces: list[Leaves] = []
         while size > 0 and not self.exhausted:
             n = min(size, self._size - self._offset)
             pieces.append([leaf[self._offset:self._offset + n] for leaf in self._flat])
@@ -123,12 +134,12 @@ class _Cursor:
         return [np.concatenate(parts) for parts in zip(*pieces)]
 
 
-def per_worker_steps(elements, replicas_per_worker):
+def per_worker_steps(elements: Iterable[Element], replicas_per_worker: int) -> Iterator[Step]:
     """``distribute_datasets_from_function``, one pipeline per worker: its elements are already
     per-replica batches, dealt to the local replicas in turn."""
     it = iter(elements)
     while True:
-        step = []
+        step: list[Element] = []
         for element in it:
             step.append(element)
             if len(step) == replicas_per_worker:
@@ -138,12 +149,12 @@ def per_worker_steps(elements, replicas_per_worker):
         yield step[0], [nest.flatten(e) for e in step] + [None] * (replicas_per_worker - len(step))
 
 
-def per_replica_steps(pipelines):
+def per_replica_steps(pipelines: Iterable[Iterable[Element]]) -> Iterator[Step]:
     """One pipeline per replica: each replica takes its own pipeline's next element."""
     iterators = [iter(p) for p in pipelines]
     done = [False] * len(iterators)
     while True:
-        step = []
+        step: list[Element] = []
         for i, it in enumerate(iterators):
             element = None if done[i] else next(it, None)
             done[i] = element is None
