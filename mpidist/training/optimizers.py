@@ -462,9 +462,11 @@ class Optimizer:
         rule = self._rule
         coefficients = rule.coefficients(lr, step)
         last = self._last_cast  # the repeating step (and every device after the first) hits
-        # Equal floats have equal bits except 0.0 and -0.0: a zero coefficient always misses.
-        if last[0] != coefficients or last[1] is not w.dtype or 0.0 in coefficients:
-            last = self._last_cast = (coefficients, w.dtype, rule.cast(coefficients, w.dtype))
+        # Equal floats have equal bits except 0.0 and -0.0: coefficients with a zero never hit.
+        if last[0] != coefficients or last[1] is not w.dtype:
+            cast = rule.cast(coefficients, w.dtype)
+            last = (coefficients, w.dtype, cast)
+            self._last_cast = ((), None, ()) if 0.0 in coefficients else last
         rule.fused(w, g, slots, last[2])
 
     def _update_step(self, variable, gradient, slots, lr, step):
