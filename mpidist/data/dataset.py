@@ -10,12 +10,15 @@ every run and every rank; without a seed, a distributed dataset agrees one seed 
 (see ``mpidist.data.distributed``) so sharding by data never duplicates or loses an example.
 """
 
+from __future__ import annotations
+
 import collections
 import collections.abc
 import inspect
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -45,6 +48,14 @@ from mpidist.data.saved_format import (
 from mpidist.data.spec import TensorSpec, most_specific_common, spec_of
 from mpidist.errors import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from mpidist.data.element import Block, Element, Structure
+
+    # What a source shards by position: its row indices, file names or shard paths.
+    _Sliceable = TypeVar("_Sliceable", range, np.ndarray, "tuple[str, ...]", "list[str]")
+
 __all__ = ["Dataset", "FileReader", "BlockSizes", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY",
            "SHARD_HINT", "IterationContext", "iterate", "static_batch_size", "source_row_count",
            "find_file_reader", "file_count", "has_shard_hints"]
@@ -68,8 +79,10 @@ class IterationContext:
     ``shard(SHARD_HINT, SHARD_HINT)`` placeholders (HINT; one worker outside distribution).
     """
 
-    def __init__(self, iteration=0, agreed_seed=None, source_shard=None, file_shard=None,
-                 shard_hint=(1, 0)):
+    def __init__(self, iteration: int = 0, agreed_seed: int | None = None,
+                 source_shard: tuple[int, int] | None = None,
+                 file_shard: tuple[int, int, Dataset] | None = None,
+                 shard_hint: tuple[int, int] = (1, 0)) -> None:
         self.iteration = iteration
         self.agreed_seed = agreed_seed
         self.source_shard = source_shard
@@ -77,18 +90,19 @@ class IterationContext:
         self.shard_hint = shard_hint
         # Set by a batch that cuts blocks of file rows (a hint: it changes block sizes, never
         # the elements): readers make blocks of whole batches, so batches are views of them.
-        self.batch_rows = None
+        self.batch_rows: int | None = None
         self.row_offset = 0  # rows of the batched stream before this reader's first row
-        self._instances = {}
-        self._children = {}
+        self._instances: dict[int, int] = {}
+        self._children: dict[tuple[tuple[int, int] | None, int | None], IterationContext] = {}
 
-    def file_shard_of(self, reader):
+    def file_shard_of(self, reader: Dataset) -> tuple[int, int] | None:
         """``(num_shards, index)`` if FILE auto-sharding splits ``reader``'s file names."""
         if self.file_shard is not None and self.file_shard[2] is reader:
             return self.file_shard[:2]
         return None
 
-    def child(self, source_shard=None, salt=None):
+    def child(self, source_shard: tuple[int, int] | None = None, salt: int | None = None
+              ) -> IterationContext:
         """The context a node iterates a dataset of its own with (a reader's file names, the
         datasets interleave opens): same pass, a seed derived from the agreed one."""
         key = (source_shard, salt)
@@ -100,7 +114,7 @@ class IterationContext:
                                                    shard_hint=self.shard_hint)
         return self._children[key]
 
-    def next_instance(self, node):
+    def next_instance(self, node: Dataset) -> int:
         """How many iterators of ``node`` this iteration created before (repeat re-creates)."""
         n = self._instances.get(id(node), 0)
         self._instances[id(node)] = n + 1
@@ -115,27 +129,28 @@ class Dataset:
     ``from_tensors``, ``range`` or ``from_generator`` and chain transformations."""
 
     @accepts(inputs=Iterable[_DATASET])  # type: ignore[valid-type]  # accepts reads the string
-    def __init__(self, inputs=()):
+    def __init__(self, inputs: Iterable[Dataset] = ()) -> None:
         self._inputs = tuple(inputs)
-        self._depth = 1 + max((d._depth for d in self._inputs), default=0)
+        self._depth: int = 1 + max((d._depth for d in self._inputs), default=0)
         self._iterations = itertools.count()
-        self._spec_cache = None
+        self._spec_cache: Structure = None
 
     # -- sources -----------------------------------------------------------------------------
     @staticmethod
-    def from_tensor_slices(tensors, name=None):
+    def from_tensor_slices(tensors: Any, name: str | None = None) -> Dataset:
         """One element per row of ``tensors`` (an array or a tuple/dict of arrays whose leading
         dimensions agree)."""
         return _TensorSlices(to_data(tensors, "from_tensor_slices"))
 
     @staticmethod
-    def from_tensors(tensors, name=None):
+    def from_tensors(tensors: Any, name: str | None = None) -> Dataset:
         """A dataset with the single element ``tensors``."""
         return _Tensors(to_data(tensors, "from_tensors"))
 
     @staticmethod
     @accepts(dtype=DType, name=str | None)
-    def range(*args, dtype=np.int64, name=None):
+    def range(*args: int | np.integer[Any], dtype: DTypeLike = np.int64, name: str | None = None
+              ) -> Dataset:
         """``range(stop)``, ``range(start, stop)`` or ``range(start, stop, step)`` as scalars."""
         if not 1 <= len(args) <= 3:
             raise ValueError("range takes 1 to 3 positional arguments (stop | start, stop[, step]), "
@@ -148,8 +163,9 @@ class Dataset:
 
     @staticmethod
     @accepts(output_types=DTypeStructure | None, args=tuple | list | None, name=str | None)
-    def from_generator(generator, output_types=None, output_shapes=None, args=None,
-                       output_signature=None, name=None):
+    def from_generator(generator: Any, output_types: Structure = None, output_shapes: Any = None,
+                       args: tuple[Any, ...] | list[Any] | None = None,
+                       output_signature: Any = None, name: str | None = None) -> Dataset:
         """Elements from ``generator(*args)``, a callable returning an iterator (called again on
         each iteration). ``output_signature`` (TensorSpecs) fixes and checks the element type;
         without it the spec is taken from the first element."""
@@ -171,7 +187,8 @@ class Dataset:
         return _Generator(generator, args, output_signature)
 
     @staticmethod
-    def list_files(file_pattern, shuffle=None, seed=None, name=None):
+    def list_files(file_pattern: Any, shuffle: bool | None = None, seed: int | None = None,
+                   name: str | None = None) -> Dataset:
         """The files matching ``file_pattern`` (a glob pattern or a list of them), one file name
         (a str) per element. Sorted with ``shuffle=False``; shuffled otherwise (the default, as
         in TF), in a new order each pass; ``seed`` makes the orders reproducible. A pattern
@@ -187,7 +204,8 @@ class Dataset:
         return _Shuffle(files, max(1, len(files._names)), seed, True) if shuffle else files
 
     @staticmethod
-    def load(path, element_spec=None, compression=None, reader_func=None):
+    def load(path: str | os.PathLike[str], element_spec: Structure = None, compression: str | None = None,
+             reader_func: Callable[[Dataset], Dataset] | None = None) -> Dataset:
         """A dataset written by ``Dataset.save``: its shard files, read streaming.
 
         ``element_spec`` (default: the saved one) must describe the saved elements.
@@ -213,7 +231,8 @@ class Dataset:
                             f"got {short(out)}.")
         return out
 
-    def save(self, path, compression=None, shard_func=None, checkpoint_args=None):
+    def save(self, path: str | os.PathLike[str], compression: str | None = None,
+             shard_func: Callable[..., int] | None = None, checkpoint_args: object = None) -> None:
         """Write this dataset's elements to the directory ``path`` (``Dataset.load`` reads it
         back): one file per shard, written to a temporary directory and renamed into place,
         so ``path`` never holds a half-written dataset.
@@ -244,14 +263,15 @@ class Dataset:
             write_dataset(iter(self), self.element_spec, path, shard_of)
 
     # -- transformations -----------------------------------------------------------------------
-    def batch(self, batch_size, drop_remainder=False, num_parallel_calls=None, deterministic=None,
-              name=None):
+    def batch(self, batch_size: int, drop_remainder: bool = False, num_parallel_calls: int | None = None,
+              deterministic: bool | None = None, name: str | None = None) -> Dataset:
         """Stack consecutive elements into batches of ``batch_size`` (the last may be short
         unless ``drop_remainder``)."""
         batch_size = positive_int("batch_size", batch_size)
         return _Batch(self, batch_size, flag("drop_remainder", drop_remainder))
 
-    def shuffle(self, buffer_size, seed=None, reshuffle_each_iteration=True, name=None):
+    def shuffle(self, buffer_size: int, seed: int | None = None, reshuffle_each_iteration: bool = True,
+                name: str | None = None) -> Dataset:
         """Shuffle through a buffer of ``buffer_size`` elements (tf.data's algorithm).
 
         With ``seed`` the sequence of orders is the same on every run and rank; each new
@@ -266,12 +286,12 @@ class Dataset:
         return _Shuffle(self, buffer_size, seed,
                         flag("reshuffle_each_iteration", reshuffle_each_iteration))
 
-    def repeat(self, count=None, name=None):
+    def repeat(self, count: int | None = None, name: str | None = None) -> Dataset:
         """Repeat the dataset ``count`` times (None or -1: forever)."""
         count = -1 if count is None else count_or_all("count", count, "repeat forever")
         return _Repeat(self, count)
 
-    def shard(self, num_shards, index, name=None):
+    def shard(self, num_shards: int, index: int, name: str | None = None) -> Dataset:
         """Every ``num_shards``-th element, starting at ``index``. ``shard(SHARD_HINT,
         SHARD_HINT)`` is a placeholder that AutoShardPolicy.HINT fills in with the number of
         workers and this worker's index (one worker, index 0, where nothing distributes it)."""
@@ -286,7 +306,8 @@ class Dataset:
                 f"Index must be between 0 and {num_shards - 1} (currently index = {index}).")
         return _Shard(self, num_shards, index)
 
-    def map(self, map_func, num_parallel_calls=None, deterministic=None, name=None):
+    def map(self, map_func: Callable[..., Any], num_parallel_calls: int | None = None,
+            deterministic: bool | None = None, name: str | None = None) -> Dataset:
         """Apply ``map_func`` to each element (a tuple element is passed as positional
         arguments). Runs in the iterating thread; ``num_parallel_calls`` is accepted for
         compatibility (map a batched dataset to vectorise instead)."""
@@ -294,8 +315,9 @@ class Dataset:
             raise TypeError(f"map_func must be callable, got {map_func!r}.")
         return _Map(self, map_func)
 
-    def interleave(self, map_func, cycle_length=None, block_length=None, num_parallel_calls=None,
-                   deterministic=None, name=None):
+    def interleave(self, map_func: Callable[..., Dataset], cycle_length: int | None = None,
+                   block_length: int | None = None, num_parallel_calls: int | None = None,
+                   deterministic: bool | None = None, name: str | None = None) -> Dataset:
         """``map_func(element)`` returns a Dataset for each element; their elements are
         interleaved (TF's order): ``cycle_length`` datasets are open at once, ``block_length``
         consecutive elements are taken from each in turn, and an exhausted one is replaced by
@@ -318,20 +340,20 @@ class Dataset:
             flag("deterministic", deterministic)
         return _Interleave(self, map_func, cycle_length, block_length)
 
-    def flat_map(self, map_func, name=None):
+    def flat_map(self, map_func: Callable[..., Dataset], name: str | None = None) -> Dataset:
         """``map_func(element)`` returns a Dataset for each element; their elements follow one
         another (``interleave`` with ``cycle_length=1``)."""
         return _Interleave(self, _check_map_func("flat_map", map_func), 1, 1)
 
-    def take(self, count, name=None):
+    def take(self, count: int, name: str | None = None) -> Dataset:
         """At most ``count`` elements (-1: all)."""
         return _Take(self, count_or_all("count", count, "take all"))
 
-    def skip(self, count, name=None):
+    def skip(self, count: int, name: str | None = None) -> Dataset:
         """Everything after the first ``count`` elements (-1: skip all)."""
         return _Skip(self, count_or_all("count", count, "skip all"))
 
-    def prefetch(self, buffer_size, name=None):
+    def prefetch(self, buffer_size: int, name: str | None = None) -> Dataset:
         """Produce up to ``buffer_size`` elements ahead in a background thread (AUTOTUNE: 2)."""
         if buffer_size == AUTOTUNE:
             buffer_size = _AUTOTUNE_PREFETCH
@@ -340,7 +362,7 @@ class Dataset:
             raise InvalidArgumentError(f"buffer_size must be >= 0 or AUTOTUNE, got {buffer_size}.")
         return _Prefetch(self, buffer_size) if buffer_size else self
 
-    def with_options(self, options, name=None):
+    def with_options(self, options: Options, name: str | None = None) -> Dataset:
         """This dataset with ``options`` (an ``mpidist.data.Options``) set; fields it sets win
         over options set earlier in the chain."""
         if not isinstance(options, Options):
@@ -348,7 +370,7 @@ class Dataset:
         return _WithOptions(self, options)
 
     # -- inspection ------------------------------------------------------------------------------
-    def options(self):
+    def options(self) -> Options:
         """The options of the whole chain, merged from the source outwards."""
         merged = Options()
         for node in self._chain_from_source():
@@ -357,18 +379,18 @@ class Dataset:
         return merged
 
     @property
-    def element_spec(self):
+    def element_spec(self) -> Structure:
         """The TensorSpec structure of the elements (None marks a dimension that varies)."""
         if self._spec_cache is None:
             self._spec_cache = self._compute_spec()
         return self._spec_cache
 
-    def cardinality(self):
+    def cardinality(self) -> int:
         """The number of elements: an int, ``INFINITE_CARDINALITY`` (-1) or
         ``UNKNOWN_CARDINALITY`` (-2)."""
         return self._cardinality()
 
-    def __len__(self):
+    def __len__(self) -> int:
         n = self.cardinality()
         if n == INFINITE_CARDINALITY:
             raise TypeError("The dataset is infinite.")
@@ -376,65 +398,75 @@ class Dataset:
             raise TypeError("The dataset length is unknown.")
         return n
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return True
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Element]:
         return self._iterate(IterationContext(iteration=next(self._iterations)))
 
-    def as_numpy_iterator(self):
+    def as_numpy_iterator(self) -> Iterator[Element]:
         """An iterator over the elements (they already are NumPy arrays)."""
         return iter(self)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         name = type(self).__name__.lstrip("_")
         name = name if name.endswith("Dataset") else name + "Dataset"
         return f"<{name} element_spec={self.element_spec}>"
 
     # -- for subclasses and the distribution layer ----------------------------------------------
-    def _iterate(self, ctx):
+    if TYPE_CHECKING:  # what some nodes define and their callers check for first
+        def _iterate_indices(self, ctx: IterationContext) -> Iterator[int]:
+            """The row indices of the ``_index_source()`` this node produces (where it has one)."""
+            raise NotImplementedError
+
+        def _source_count(self) -> int | None:
+            """How many elements this source holds (sources only), None where unknown."""
+            raise NotImplementedError
+
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         raise NotImplementedError
 
-    def _compute_spec(self):
+    def _compute_spec(self) -> Structure:
         return self._inputs[0].element_spec
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         return self._inputs[0]._cardinality()
 
-    def _index_source(self):
+    def _index_source(self) -> _TensorSlices | None:
         """The from_tensor_slices source whose rows are this dataset's elements, when every
         step between only selects or reorders elements; else None. Batch then gathers rows
         with one vectorised take per component instead of stacking elements one by one."""
         return None
 
-    def _yields_blocks(self):
+    def _yields_blocks(self) -> bool:
         """Whether ``_blocks`` works here: file readers produce blocks of rows, and the nodes
         that only select rows (take, skip, shard, repeat) pass them on; ``batch`` then slices
         and concatenates blocks instead of stacking elements one by one."""
         return False
 
-    def _blocks(self, ctx):
+    def _blocks(self, ctx: IterationContext) -> Iterator[Block]:
         """The elements as blocks (only where ``_yields_blocks()``): an iterator of nests whose
         leaves share a leading dimension, the elements being their rows, in order."""
         raise NotImplementedError
 
-    def _reads_files(self):
+    def _reads_files(self) -> bool:
         """Whether this node reads files whose names FILE auto-sharding can split."""
         return False
 
-    def _file_names_count(self):
+    def _file_names_count(self) -> int | None:
         """How many file names this reader reads, or None where that is unknown."""
         return None
 
-    def _chain_from_source(self):
-        chain, node = [], self
+    def _chain_from_source(self) -> list[Dataset]:
+        chain: list[Dataset] = []
+        node: Dataset | None = self
         while node is not None:
             chain.append(node)
             node = node._inputs[0] if node._inputs else None
         return chain[::-1]
 
 
-def _apply_source_shard(ctx, indices):
+def _apply_source_shard(ctx: IterationContext, indices: _Sliceable) -> _Sliceable:
     if ctx.source_shard is None:
         return indices
     num, index = ctx.source_shard
@@ -442,7 +474,7 @@ def _apply_source_shard(ctx, indices):
 
 
 class _TensorSlices(Dataset):
-    def __init__(self, tensors):
+    def __init__(self, tensors: Element) -> None:
         super().__init__()
         leaves = nest.flatten(tensors)
         if not leaves:
@@ -462,33 +494,33 @@ class _TensorSlices(Dataset):
         self._tensors = nest.pack_sequence_as(tensors, leaves)
         self._flat, self._n = leaves, n
 
-    def _index_source(self):
+    def _index_source(self) -> _TensorSlices | None:
         return self
 
-    def _iterate_indices(self, ctx):
+    def _iterate_indices(self, ctx: IterationContext) -> Iterator[int]:
         return iter(_apply_source_shard(ctx, range(self._n)))
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         flat, structure = self._flat, self._tensors
         single = len(flat) == 1 and not nest.is_nested(structure)
         for i in self._iterate_indices(ctx):
             yield flat[0][i] if single else nest.pack_sequence_as(structure, [leaf[i] for leaf in flat])
 
-    def _rows(self, indices):
+    def _rows(self, indices: np.ndarray) -> Element:
         """The rows ``indices`` of every component, as new arrays, in the element structure."""
         return nest.pack_sequence_as(self._tensors, [np.take(leaf, indices, axis=0) for leaf in self._flat])
 
-    def _compute_spec(self):
+    def _compute_spec(self) -> Structure:
         return nest.map_structure(lambda a: TensorSpec(a.shape[1:], a.dtype), self._tensors)
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         return self._n
 
-    def _source_count(self):
+    def _source_count(self) -> int | None:
         return self._n
 
 
-def _snapshot(array):
+def _snapshot(array: Any) -> np.ndarray:
     """A read-only copy: the dataset holds its data as it was when built (as tf.data embeds a
     constant), and elements that are views of it cannot be written through."""
     copy = np.array(array, copy=True)
@@ -497,50 +529,51 @@ def _snapshot(array):
 
 
 class _Tensors(Dataset):
-    def __init__(self, tensors):
+    def __init__(self, tensors: Element) -> None:
         super().__init__()
         self._tensors = nest.map_structure(_snapshot, tensors)
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         if ctx.source_shard is None or ctx.source_shard[1] == 0:
             yield self._tensors
 
-    def _compute_spec(self):
+    def _compute_spec(self) -> Structure:
         return spec_of(self._tensors)
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         return 1
 
-    def _source_count(self):
+    def _source_count(self) -> int | None:
         return 1
 
 
 class _Range(Dataset):
-    def __init__(self, r, dtype):
+    def __init__(self, r: range, dtype: np.dtype[Any]) -> None:
         super().__init__()
         self._range, self._dtype = r, dtype
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         make = self._dtype.type
         for i in _apply_source_shard(ctx, self._range):
             yield make(i)
 
-    def _compute_spec(self):
+    def _compute_spec(self) -> Structure:
         return TensorSpec((), self._dtype)
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         return len(self._range)
 
-    def _source_count(self):
+    def _source_count(self) -> int | None:
         return len(self._range)
 
 
 class _Generator(Dataset):
-    def __init__(self, generator, args, signature):
+    def __init__(self, generator: Callable[..., Iterable[Any]], args: tuple[Any, ...],
+                 signature: Structure) -> None:
         super().__init__()
         self._generator, self._args, self._signature = generator, args, signature
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         it = iter(self._generator(*self._args))
         if ctx.source_shard is not None:
             num, index = ctx.source_shard
@@ -551,7 +584,7 @@ class _Generator(Dataset):
                 element = _conform(element, self._signature, count)
             yield element
 
-    def _compute_spec(self):
+    def _compute_spec(self) -> Structure:
         if self._signature is not None:
             return self._signature
         for element in self._iterate(IterationContext()):
@@ -560,14 +593,14 @@ class _Generator(Dataset):
             "The generator yielded no element, so its element_spec is unknown; pass "
             "output_signature to from_generator.")
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         return UNKNOWN_CARDINALITY
 
-    def _source_count(self):
+    def _source_count(self) -> int | None:
         return None
 
 
-def _conform(element, signature, count):
+def _conform(element: Element, signature: Structure, count: int) -> Element:
     try:
         nest.assert_same_structure(signature, element)
     except ValueError:
@@ -575,7 +608,7 @@ def _conform(element, signature, count):
             f"`generator` yielded an element ({count}) that did not match the expected structure "
             f"{signature}: {element!r}.") from None
 
-    def fit(spec, x):
+    def fit(spec: TensorSpec, x: Any) -> Any:
         try:
             x = x.astype(spec.dtype, copy=False) if x.dtype != spec.dtype else x
         except (TypeError, ValueError):
@@ -590,11 +623,11 @@ def _conform(element, signature, count):
 
 
 class _Batch(Dataset):
-    def __init__(self, input_dataset, batch_size, drop_remainder):
+    def __init__(self, input_dataset: Dataset, batch_size: int, drop_remainder: bool) -> None:
         super().__init__((input_dataset,))
         self._batch_size, self._drop_remainder = batch_size, drop_remainder
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         n = self._batch_size
         if self._inputs[0]._yields_blocks():
             ctx.batch_rows = n
@@ -615,21 +648,23 @@ class _Batch(Dataset):
                 return
             yield _stack(elements)
 
-    def _compute_spec(self):
+    def _compute_spec(self) -> Structure:
         size = self._batch_size if self._drop_remainder else None
         return nest.map_structure(lambda s: s.with_batch_dim(size), self._inputs[0].element_spec)
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         n = self._inputs[0]._cardinality()
         if n < 0:
             return n
         return n // self._batch_size if self._drop_remainder else -(-n // self._batch_size)
 
 
-def _batches_of_blocks(blocks, size, drop_remainder):
+def _batches_of_blocks(blocks: Iterable[Block], size: int, drop_remainder: bool
+                       ) -> Iterator[Element]:
     """Batches of ``size`` rows cut from a stream of blocks: a view of the block where the
     batch lies inside one writable block, else a copy (never a view of a file mapping)."""
-    pending, have, pack = [], 0, None
+    pending: list[list[Any]] = []
+    have, pack = 0, None
     for block in blocks:
         flat = nest.flatten(block)
         pack = nest.packer(block) if pack is None else pack
@@ -649,16 +684,16 @@ def _batches_of_blocks(blocks, size, drop_remainder):
                 pending, have = [], 0
     if have and not drop_remainder:
         if len(pending) == 1 and all(leaf.flags.writeable for leaf in pending[0]):
-            yield pack(pending[0])  # the short last batch, inside one block
+            yield pack(pending[0])  # type: ignore[misc]  # the short last batch, inside one block
         else:
-            yield pack([np.concatenate(column) for column in zip(*pending)])
+            yield pack([np.concatenate(column) for column in zip(*pending)])  # type: ignore[misc]
 
 
-def _pack(structure, leaves):
+def _pack(structure: Structure, leaves: list[Any]) -> Element:
     return nest.pack_sequence_as(structure, leaves) if nest.is_nested(structure) else leaves[0]
 
 
-def _block_rows(block):
+def _block_rows(block: Block) -> Iterator[Element]:
     """The rows of one block, one element each, copied: a view would keep the whole block
     alive for as long as the element lives (a shuffle buffer of views pins a block per row,
     and memory then grows with the data instead of the buffer)."""
@@ -672,8 +707,9 @@ def _block_rows(block):
         yield pack([leaf[i].copy() for leaf in flat])
 
 
-def _stack(elements):
+def _stack(elements: list[Element]) -> Element:
     first = elements[0]
+    columns: list[Any]
     if not nest.is_nested(first):
         columns = [elements]
     else:
@@ -696,50 +732,53 @@ class _RowOrderOp(Dataset):
     """A transformation that only selects or reorders its input's elements: it runs the same
     way over elements and over row indices of a from_tensor_slices source."""
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         return self._apply(lambda: self._inputs[0]._iterate(ctx), ctx)
 
-    def _iterate_indices(self, ctx):
+    def _iterate_indices(self, ctx: IterationContext) -> Iterator[int]:
         return self._apply(lambda: self._inputs[0]._iterate_indices(ctx), ctx)
 
-    def _index_source(self):
+    def _index_source(self) -> _TensorSlices | None:
         return self._inputs[0]._index_source()
 
-    def _yields_blocks(self):
+    def _yields_blocks(self) -> bool:
         return self._inputs[0]._yields_blocks()
 
-    def _blocks(self, ctx):
+    def _blocks(self, ctx: IterationContext) -> Iterator[Block]:
         return self._apply_blocks(lambda: self._inputs[0]._blocks(ctx), ctx)
 
-    def _apply(self, upstream, ctx):
+    def _apply(self, upstream: Callable[[], Iterator[Element]], ctx: IterationContext
+               ) -> Iterator[Element]:
         """The output stream, given ``upstream()`` making a fresh input stream."""
         raise NotImplementedError
 
-    def _apply_blocks(self, upstream, ctx):
+    def _apply_blocks(self, upstream: Callable[[], Iterator[Block]], ctx: IterationContext
+                      ) -> Iterator[Block]:
         """``_apply`` over blocks of rows; as ``_apply`` where the op does not count rows."""
         return self._apply(upstream, ctx)
 
 
-def _slice_rows(block, start, stop=None, step=1):
+def _slice_rows(block: Block, start: int, stop: int | None = None, step: int = 1) -> Block:
     flat = nest.flatten(block)
     return _pack(block, [leaf[start:stop:step] for leaf in flat])
 
 
-def _row_count(block):
+def _row_count(block: Block) -> int:
     return len(nest.flatten(block)[0])
 
 
 class _Shuffle(_RowOrderOp):
-    def __init__(self, input_dataset, buffer_size, seed, reshuffle):
+    def __init__(self, input_dataset: Dataset, buffer_size: int, seed: int | None,
+                 reshuffle: bool) -> None:
         super().__init__((input_dataset,))
         self._buffer_size, self._seed, self._reshuffle = buffer_size, seed, reshuffle
         # An unseeded shuffle is random per run but fixed for this object, as in tf.data.
         self._random_seed = int.from_bytes(os.urandom(8), "little")
 
-    def _yields_blocks(self):
+    def _yields_blocks(self) -> bool:
         return False
 
-    def _rng(self, ctx):
+    def _rng(self, ctx: IterationContext) -> np.random.Generator:
         instance = ctx.next_instance(self)
         if self._seed is not None:
             base = self._seed
@@ -748,7 +787,8 @@ class _Shuffle(_RowOrderOp):
         entropy = [base, self._depth] + ([ctx.iteration, instance] if self._reshuffle else [])
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
 
-    def _apply(self, upstream, ctx):
+    def _apply(self, upstream: Callable[[], Iterator[Element]], ctx: IterationContext
+               ) -> Iterator[Element]:
         rng = self._rng(ctx)
         it = upstream()
         buffer = list(itertools.islice(it, self._buffer_size))
@@ -766,11 +806,12 @@ class _Shuffle(_RowOrderOp):
 
 
 class _Repeat(_RowOrderOp):
-    def __init__(self, input_dataset, count):
+    def __init__(self, input_dataset: Dataset, count: int) -> None:
         super().__init__((input_dataset,))
         self._count = count
 
-    def _apply(self, upstream, ctx):
+    def _apply(self, upstream: Callable[[], Iterator[Element]], ctx: IterationContext
+               ) -> Iterator[Element]:
         passes = itertools.count() if self._count < 0 else range(self._count)
         for _ in passes:
             produced = False
@@ -780,7 +821,7 @@ class _Repeat(_RowOrderOp):
             if not produced:
                 return  # repeating an empty dataset forever would spin
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         n = self._inputs[0]._cardinality()
         if self._count == 0 or n == 0:
             return 0
@@ -790,20 +831,22 @@ class _Repeat(_RowOrderOp):
 
 
 class _Shard(_RowOrderOp):
-    def __init__(self, input_dataset, num_shards, index):
+    def __init__(self, input_dataset: Dataset, num_shards: int | None, index: int | None) -> None:
         super().__init__((input_dataset,))
         self._num_shards, self._index = num_shards, index
 
-    def _shard(self, ctx):
+    def _shard(self, ctx: IterationContext) -> tuple[int, int]:
         if self._num_shards is None:  # shard(SHARD_HINT, SHARD_HINT)
             return ctx.shard_hint
-        return self._num_shards, self._index
+        return self._num_shards, self._index  # type: ignore[return-value]  # both set, or neither
 
-    def _apply(self, upstream, ctx):
+    def _apply(self, upstream: Callable[[], Iterator[Element]], ctx: IterationContext
+               ) -> Iterator[Element]:
         num, index = self._shard(ctx)
         return itertools.islice(upstream(), index, None, num)
 
-    def _apply_blocks(self, upstream, ctx):
+    def _apply_blocks(self, upstream: Callable[[], Iterator[Block]], ctx: IterationContext
+                      ) -> Iterator[Block]:
         num, index = self._shard(ctx)
         position = 0
         for block in upstream():
@@ -813,22 +856,22 @@ class _Shard(_RowOrderOp):
                 yield _slice_rows(block, first, None, num)
             position += rows
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         n = self._inputs[0]._cardinality()
         if n < 0 or self._num_shards is None:
             return n if n < 0 else UNKNOWN_CARDINALITY
-        return max(0, -(-(n - self._index) // self._num_shards))
+        return max(0, -(-(n - self._index) // self._num_shards))  # type: ignore[operator]  # set
 
-    def _is_hint(self):
+    def _is_hint(self) -> bool:
         return self._num_shards is None
 
 
 class _Map(Dataset):
-    def __init__(self, input_dataset, fn):
+    def __init__(self, input_dataset: Dataset, fn: Callable[..., Any]) -> None:
         super().__init__((input_dataset,))
         self._fn = fn
 
-    def _call(self, element, index=0):
+    def _call(self, element: Element, index: int = 0) -> Element:
         args = element if type(element) is tuple else (element,)
         try:
             out = self._fn(*args)
@@ -844,7 +887,7 @@ class _Map(Dataset):
             out = tuple(out)  # tf.data reads a returned list as a tuple (nested lists are data)
         return to_data(out, f"map_func's result for element {index}")
 
-    def _check_arity(self, args):
+    def _check_arity(self, args: tuple[Any, ...]) -> None:
         """After map_func raised TypeError: if it cannot take the element's components as
         arguments at all, say so (tuple elements are passed as positional arguments)."""
         try:
@@ -860,11 +903,11 @@ class _Map(Dataset):
                 f"elements: each element is {shape}. Give map_func one parameter per "
                 "component (e.g. lambda x, y: ...).") from None
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         for index, element in enumerate(self._inputs[0]._iterate(ctx)):
             yield self._call(element, index)
 
-    def _compute_spec(self):
+    def _compute_spec(self) -> Structure:
         """map_func's output spec, found much as tf.data finds it, by tracing: map_func runs
         on two stand-in elements of the input spec (ones, every unknown dimension 1 in one and
         2 in the other) and on the first real element; a dimension is known only where all
@@ -893,22 +936,24 @@ class _Map(Dataset):
         return first
 
 
-def _stand_in(spec, unknown):
+def _stand_in(spec: Structure, unknown: int) -> Element:
     """Ones shaped like ``spec``, each unknown dimension ``unknown`` long."""
     return nest.map_structure(
         lambda s: np.ones(tuple(unknown if d is None else d for d in s.shape), s.dtype), spec)
 
 
 class _Take(_RowOrderOp):
-    def __init__(self, input_dataset, count):
+    def __init__(self, input_dataset: Dataset, count: int) -> None:
         super().__init__((input_dataset,))
         self._count = count
 
-    def _apply(self, upstream, ctx):
+    def _apply(self, upstream: Callable[[], Iterator[Element]], ctx: IterationContext
+               ) -> Iterator[Element]:
         it = upstream()
         return it if self._count < 0 else itertools.islice(it, self._count)
 
-    def _apply_blocks(self, upstream, ctx):
+    def _apply_blocks(self, upstream: Callable[[], Iterator[Block]], ctx: IterationContext
+                      ) -> Iterator[Block]:
         left = self._count
         if left < 0:
             yield from upstream()
@@ -920,7 +965,7 @@ class _Take(_RowOrderOp):
             if not left:
                 return
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         n = self._inputs[0]._cardinality()
         if self._count < 0:
             return n
@@ -930,11 +975,12 @@ class _Take(_RowOrderOp):
 
 
 class _Skip(_RowOrderOp):
-    def __init__(self, input_dataset, count):
+    def __init__(self, input_dataset: Dataset, count: int) -> None:
         super().__init__((input_dataset,))
         self._count = count
 
-    def _apply(self, upstream, ctx):
+    def _apply(self, upstream: Callable[[], Iterator[Element]], ctx: IterationContext
+               ) -> Iterator[Element]:
         it = upstream()
         if self._count < 0:
             for _ in it:
@@ -942,7 +988,8 @@ class _Skip(_RowOrderOp):
             return
         yield from itertools.islice(it, self._count, None)
 
-    def _apply_blocks(self, upstream, ctx):
+    def _apply_blocks(self, upstream: Callable[[], Iterator[Block]], ctx: IterationContext
+                      ) -> Iterator[Block]:
         left = self._count
         for block in upstream():
             if left < 0:
@@ -952,7 +999,7 @@ class _Skip(_RowOrderOp):
                 yield block if not left else _slice_rows(block, left)
             left = max(0, left - rows)
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         n = self._inputs[0]._cardinality()
         if n < 0:
             return n
@@ -960,20 +1007,21 @@ class _Skip(_RowOrderOp):
 
 
 class _WithOptions(_RowOrderOp):
-    def __init__(self, input_dataset, options):
+    def __init__(self, input_dataset: Dataset, options: Options) -> None:
         super().__init__((input_dataset,))
         self._options = options
 
-    def _apply(self, upstream, ctx):
+    def _apply(self, upstream: Callable[[], Iterator[Element]], ctx: IterationContext
+               ) -> Iterator[Element]:
         return upstream()
 
 
 class _Prefetch(Dataset):
-    def __init__(self, input_dataset, buffer_size):
+    def __init__(self, input_dataset: Dataset, buffer_size: int) -> None:
         super().__init__((input_dataset,))
         self._buffer_size = buffer_size
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         return iterate_in_background(self._inputs[0]._iterate(ctx), self._buffer_size)
 
 
@@ -982,20 +1030,20 @@ class _FileList(Dataset):
     """``list_files``'s source: the matching file names, sorted (list_files puts a shuffle after
     it), so that FILE auto-sharding splits the same sorted list on every worker."""
 
-    def __init__(self, names):
+    def __init__(self, names: list[str]) -> None:
         super().__init__()
         self._names = np.array(names)
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         yield from _apply_source_shard(ctx, self._names)
 
-    def _compute_spec(self):
+    def _compute_spec(self) -> Structure:
         return TensorSpec((), self._names.dtype)
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         return len(self._names)
 
-    def _source_count(self):
+    def _source_count(self) -> int | None:
         return len(self._names)
 
 
@@ -1007,10 +1055,10 @@ class BlockSizes:
 
     __slots__ = ("batch_rows", "offset")
 
-    def __init__(self, batch_rows=None, offset=0):
+    def __init__(self, batch_rows: int | None = None, offset: int = 0) -> None:
         self.batch_rows, self.offset = batch_rows, offset
 
-    def split(self, rows, preferred, exact=False):
+    def split(self, rows: int, preferred: int, exact: bool = False) -> Iterator[int]:
         """Block sizes summing to ``rows``; ``exact``: ``preferred`` each (the user's choice)."""
         b = self.batch_rows
         step = preferred if exact or not b else max(1, round(preferred / b)) * b
@@ -1029,7 +1077,7 @@ _FILE_SPECS: collections.OrderedDict = collections.OrderedDict()
 _FILE_SPECS_KEPT = 4096
 
 
-def _file_identity(path):
+def _file_identity(path: str) -> tuple[int, int, int]:
     st = os.stat(path)
     return st.st_ino, st.st_size, st.st_mtime_ns
 
@@ -1051,46 +1099,48 @@ class FileReader(Dataset):
 
     reader = "FileReader"  # the public name, for messages
 
-    def __init__(self, filenames):
+    def __init__(self, filenames: Any) -> None:
         super().__init__()
         if isinstance(filenames, Dataset):
-            self._names_dataset, self._names = filenames, None
+            self._names_dataset: Dataset | None = filenames
+            self._names: tuple[str, ...] | None = None
         else:
             self._names_dataset = None
             self._names = file_list(filenames, f"{self.reader}: filenames")
-        self._file_specs = {}
+        self._file_specs: dict[str, Structure] = {}
 
     # -- what a subclass provides ----------------------------------------------------------------
-    def _file_spec(self, path):
+    def _file_spec(self, path: str) -> Structure:
         raise NotImplementedError
 
-    def _file_blocks(self, path, sizes):
+    def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:
         raise NotImplementedError
 
-    def _file_rows(self, path):
+    def _file_rows(self, path: str) -> int | None:
         return None
 
     # -- the source --------------------------------------------------------------------------------
-    def _file_names(self, ctx):
+    def _file_names(self, ctx: IterationContext) -> Iterator[str]:
         shard = ctx.file_shard_of(self)
         if self._names is not None:
             return iter(self._names if shard is None else self._names[shard[1]::shard[0]])
-        names = self._names_dataset._iterate(ctx.child(source_shard=shard))
+        # no names: a dataset of them
+        names = self._names_dataset._iterate(ctx.child(source_shard=shard))  # type: ignore[union-attr]
         return (file_name(n, f"{self.reader}: an element of filenames") for n in names)
 
-    def _first_file(self):
+    def _first_file(self) -> str:
         if self._names is not None:
             return self._names[0]
-        for name in self._names_dataset:
+        for name in self._names_dataset:  # type: ignore[union-attr]  # no names: a dataset of them
             return file_name(name, f"{self.reader}: an element of filenames")
         raise InvalidArgumentError(f"{self.reader}: the dataset of file names is empty.")
 
-    def _spec_args(self):
+    def _spec_args(self) -> Hashable:
         """The arguments of this reader that shape a file's element spec (hashable; e.g. the
         columns chosen), or None where specs must not be remembered across readers."""
         return None
 
-    def _spec_of_file(self, path):
+    def _spec_of_file(self, path: str) -> Structure:
         if path not in self._file_specs:
             require_file(path, self.reader)
             args = self._spec_args()
@@ -1105,10 +1155,10 @@ class FileReader(Dataset):
             self._file_specs[path] = spec
         return self._file_specs[path]
 
-    def _compute_spec(self):
+    def _compute_spec(self) -> Structure:
         return self._spec_of_file(self._first_file())
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         if self._names is None:
             return UNKNOWN_CARDINALITY
         total = 0
@@ -1119,10 +1169,10 @@ class FileReader(Dataset):
             total += rows
         return total
 
-    def _yields_blocks(self):
+    def _yields_blocks(self) -> bool:
         return True
 
-    def _blocks(self, ctx):
+    def _blocks(self, ctx: IterationContext) -> Iterator[Block]:
         expected, first = self.element_spec, self._first_file()
         produced = ctx.row_offset
         for path in self._file_names(ctx):
@@ -1138,20 +1188,20 @@ class FileReader(Dataset):
                     produced += rows
                     yield block
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         for block in self._blocks(ctx):
             yield from _block_rows(block)
 
-    def _reads_files(self):
+    def _reads_files(self) -> bool:
         return True
 
-    def _file_names_count(self):
+    def _file_names_count(self) -> int | None:
         if self._names is not None:
             return len(self._names)
-        n = self._names_dataset._cardinality()
+        n = self._names_dataset._cardinality()  # type: ignore[union-attr]  # no names: a dataset
         return n if n >= 0 else None
 
-    def _source_count(self):
+    def _source_count(self) -> int | None:
         return None
 
 
@@ -1160,17 +1210,17 @@ class _SavedShard(FileReader):
 
     reader = "Dataset.load"
 
-    def __init__(self, path, element_spec):
+    def __init__(self, path: str, element_spec: Structure) -> None:
         super().__init__(path)
         self._spec = element_spec
 
-    def _file_spec(self, path):
+    def _file_spec(self, path: str) -> Structure:
         return check_load_spec(self._spec, read_shard_header(path).element_spec, path)
 
-    def _file_rows(self, path):
+    def _file_rows(self, path: str) -> int | None:
         return read_shard_header(path).rows
 
-    def _file_blocks(self, path, sizes):
+    def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:
         return read_shard_blocks(path, self._spec)  # the blocks as written
 
 
@@ -1178,21 +1228,21 @@ class _ShardDatasets(Dataset):
     """A saved dataset's shards, one Dataset per element (``Dataset.load``'s ``reader_func``
     gets this): FILE auto-sharding splits it, each worker reading its own shard files."""
 
-    def __init__(self, paths, element_spec):
+    def __init__(self, paths: Iterable[str], element_spec: Structure) -> None:
         super().__init__()
         self._paths, self._spec = tuple(paths), element_spec
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         for path in _apply_source_shard(ctx, self._paths):
             yield _SavedShard(path, self._spec)
 
-    def _compute_spec(self):
+    def _compute_spec(self) -> Structure:
         return TensorSpec((), np.dtype(object), name="shard dataset")
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         return len(self._paths)
 
-    def _source_count(self):
+    def _source_count(self) -> int | None:
         return len(self._paths)
 
 
@@ -1200,18 +1250,19 @@ class _Loaded(_RowOrderOp):
     """``Dataset.load``'s default result: the shards interleaved, with the saved row count as
     its cardinality (TF's load knows it too)."""
 
-    def __init__(self, input_dataset, rows):
+    def __init__(self, input_dataset: Dataset, rows: int) -> None:
         super().__init__((input_dataset,))
         self._rows = rows
 
-    def _apply(self, upstream, ctx):
+    def _apply(self, upstream: Callable[[], Iterator[Element]], ctx: IterationContext
+               ) -> Iterator[Element]:
         return upstream()
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         return self._rows
 
 
-def specs_match(a, b):
+def specs_match(a: Structure, b: Structure) -> bool:
     """Whether element specs ``a`` and ``b`` describe the same elements: structure, dtypes
     (strings of any length alike) and shapes, a dimension unknown in either matching any."""
     try:
@@ -1219,7 +1270,7 @@ def specs_match(a, b):
     except (ValueError, TypeError):
         return False
 
-    def leaf(x, y):
+    def leaf(x: TensorSpec, y: TensorSpec) -> bool:
         same_dtype = x.dtype == y.dtype or (x.dtype.kind == y.dtype.kind and x.dtype.kind in "US")
         if not same_dtype:
             return False
@@ -1231,7 +1282,7 @@ def specs_match(a, b):
     return all(leaf(x, y) for x, y in zip(nest.flatten(a), nest.flatten(b)))
 
 
-def _check_map_func(api, map_func):
+def _check_map_func(api: str, map_func: object) -> Callable[..., Dataset]:
     if not callable(map_func):
         hint = (" Pass the reader class itself (interleave(NpyDataset)) or a function that "
                 "builds one dataset per element (lambda f: NpyDataset(f)), not a dataset."
@@ -1241,7 +1292,7 @@ def _check_map_func(api, map_func):
     return map_func
 
 
-def _cpu_count():
+def _cpu_count() -> int:
     """The CPU cores this process may run on (TF's AUTOTUNE cycle length)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -1257,11 +1308,12 @@ class _BlockCursor:
     next rows of it."""
 
     __slots__ = ("_blocks", "_flat", "_position", "_rows")
+    _flat: list[Any]  # set by available() before take() reads it
 
-    def __init__(self, blocks):
-        self._blocks, self._flat, self._position, self._rows = blocks, None, 0, 0
+    def __init__(self, blocks: Iterator[Block]) -> None:
+        self._blocks, self._flat, self._position, self._rows = blocks, None, 0, 0  # type: ignore[assignment]
 
-    def available(self):
+    def available(self) -> int:
         """Rows left in the current block (the next block loaded if this one is used up);
         0 at the end of the stream."""
         while self._position >= self._rows:
@@ -1271,14 +1323,14 @@ class _BlockCursor:
             self._flat, self._position, self._rows = nest.flatten(block), 0, _row_count(block)
         return self._rows - self._position
 
-    def take(self, n):
+    def take(self, n: int) -> list[Any]:
         """The next ``n`` rows (at most ``available()``), as flat leaves."""
         start = self._position
         self._position += n
         return [leaf[start:start + n] for leaf in self._flat]
 
 
-def _rows_as_blocks(elements):
+def _rows_as_blocks(elements: Iterable[Element]) -> Iterator[Block]:
     for element in elements:
         yield nest.map_structure(lambda x: np.asarray(x)[np.newaxis], element)
 
@@ -1288,13 +1340,14 @@ class _Interleave(Dataset):
     block by block where the opened datasets read files (several rounds of the cycle at once,
     by one stack, where every open dataset has the rows at hand)."""
 
-    def __init__(self, input_dataset, map_func, cycle_length, block_length):
+    def __init__(self, input_dataset: Dataset, map_func: Callable[..., Dataset], cycle_length: int,
+                 block_length: int) -> None:
         super().__init__((input_dataset,))
         self._map_func, self._cycle_length, self._block_length = map_func, cycle_length, block_length
         self._api = "flat_map" if cycle_length == 1 and block_length == 1 else "interleave"
-        self._probed = None
+        self._probed: tuple[Dataset, Element] | tuple[None, None] | None = None
 
-    def _open(self, index, element, check=True):
+    def _open(self, index: int, element: Element, check: bool = True) -> Dataset:
         args = element if type(element) is tuple else (element,)
         inner = self._map_func(*args)
         if not isinstance(inner, Dataset):
@@ -1312,7 +1365,7 @@ class _Interleave(Dataset):
                 "dataset interleaved must have the same structure, dtypes and shapes.")
         return inner
 
-    def _probe(self):
+    def _probe(self) -> tuple[Dataset, Element] | tuple[None, None]:
         """(the dataset map_func returns for the first input element, that element), or
         (None, None) for an empty input: what the element spec and the reader checks read."""
         if self._probed is None:
@@ -1321,30 +1374,30 @@ class _Interleave(Dataset):
                 self._open(0, first, check=False), first)
         return self._probed
 
-    def _compute_spec(self):
+    def _compute_spec(self) -> Structure:
         inner = self._probe()[0]
         if inner is None:
             raise ValueError(f"The element_spec of this {self._api} is unknown: its input has no "
                              "element to call map_func on.")
         return inner.element_spec
 
-    def _cardinality(self):
+    def _cardinality(self) -> int:
         n = self._inputs[0]._cardinality()
         return 0 if n == 0 else UNKNOWN_CARDINALITY
 
-    def _reads_files(self):
+    def _reads_files(self) -> bool:
         inner = self._probe()[0]
         return inner is not None and any(node._reads_files() for node in inner._chain_from_source())
 
-    def _file_names_count(self):
+    def _file_names_count(self) -> int | None:
         n = self._inputs[0]._cardinality()
         return n if n >= 0 else None
 
-    def _yields_blocks(self):
+    def _yields_blocks(self) -> bool:
         inner = self._probe()[0]
         return inner is not None and inner._yields_blocks()
 
-    def _opened(self, ctx):
+    def _opened(self, ctx: IterationContext) -> Iterator[tuple[int, Dataset]]:
         """(index, dataset) for each input element, the FILE shard applied to the input."""
         shard = ctx.file_shard_of(self)
         source = self._inputs[0]
@@ -1352,13 +1405,14 @@ class _Interleave(Dataset):
         for index, element in enumerate(elements):
             yield index, self._open(index, element)
 
-    def _iterate(self, ctx):
+    def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         return self._interleave(ctx, blocks=False)
 
-    def _blocks(self, ctx):
+    def _blocks(self, ctx: IterationContext) -> Iterator[Block]:
         return self._interleave(ctx, blocks=True)
 
-    def _start(self, ctx, index, inner, blocks, produced=0):
+    def _start(self, ctx: IterationContext, index: int, inner: Dataset, blocks: bool,
+               produced: int = 0) -> Iterator[Element] | _BlockCursor:
         child = ctx.child(salt=index)
         if not blocks:
             return inner._iterate(child)
@@ -1367,10 +1421,12 @@ class _Interleave(Dataset):
         return _BlockCursor(inner._blocks(child) if inner._yields_blocks()
                             else _rows_as_blocks(inner._iterate(child)))
 
-    def _interleave(self, ctx, blocks):
+    def _interleave(self, ctx: IterationContext, blocks: bool) -> Iterator[Element]:
         k, b = self._cycle_length, self._block_length
-        pack = nest.packer(self.element_spec) if blocks else None
-        opened = self._opened(ctx)
+        # (called only with blocks)
+        pack: Callable[[list[Any]], Element] = nest.packer(self.element_spec) if blocks else None  # type: ignore[assignment]
+        opened: Iterator[Any] = self._opened(ctx)
+        slots: list[Any]
         slots, cycle, position, live, end, produced = [None] * k, 0, 0, 0, False, 0
         while not end or live:
             slot = slots[cycle]
@@ -1378,11 +1434,12 @@ class _Interleave(Dataset):
                 if end:
                     cycle, position = (cycle + 1) % k, 0
                     continue
-                item = next(opened, _END)
+                item: Any = next(opened, _END)
                 if item is _END:
                     end = True
                 else:
-                    slots[cycle], live = self._start(ctx, *item, blocks, produced), live + 1
+                    slots[cycle], live = self._start(  # type: ignore[call-arg]  # item: (index, dataset)
+                        ctx, *item, blocks, produced), live + 1
                 continue
             if not blocks:
                 element = next(slot, _END)
@@ -1407,7 +1464,7 @@ class _Interleave(Dataset):
                 cycle, position = (cycle + 1) % k, 0
 
 
-def _stack_rounds(cursors, rounds, block_length):
+def _stack_rounds(cursors: list[_BlockCursor], rounds: int, block_length: int) -> list[np.ndarray]:
     """``rounds`` rounds of the cycle over ``cursors`` (each with the rows at hand), in
     interleave order: block_length rows of each cursor in turn, round after round."""
     parts = [c.take(rounds * block_length) for c in cursors]
@@ -1422,7 +1479,7 @@ def _stack_rounds(cursors, rounds, block_length):
 # -- What the distribution layer asks of a dataset ---------------------------------------------
 # Functions rather than Dataset methods: Dataset keeps tf.data's public API, and
 # ``mpidist.data.distributed`` reads the chain through these.
-def iterate(dataset: Dataset, context: IterationContext) -> Iterator:
+def iterate(dataset: Dataset, context: IterationContext) -> Iterator[Element]:
     """An iterator over ``dataset``'s elements for one pass described by ``context`` (an
     IterationContext: which pass, the seed the workers agreed, the FILE shard to read)."""
     return dataset._iterate(context)

@@ -7,7 +7,7 @@ its type is ``Any`` to a checker; the names say what a parameter holds.
 
 from typing import Any, TypeAlias
 
-__all__ = ["Element", "Leaves", "Step", "Structure"]
+__all__ = ["Block", "Element", "Leaves", "Step", "Structure"]
 
 Element: TypeAlias = Any
 """One element of a dataset, or one batch: a ``numpy.ndarray``, or a tuple / namedtuple / dict
@@ -23,3 +23,7 @@ Leaves: TypeAlias = list[Any]
 Step: TypeAlias = tuple[Element, list[Leaves | None]]
 """One step of a worker's input: the element structure, and per local replica the leaves of its
 sub-batch, or None where the replica gets no element this step."""
+
+Block: TypeAlias = Element
+"""Several consecutive elements at once, as file readers produce them: a nest in the element's
+structure whose leaves share a leading dimension, the elements being its rows."""

@@ -13,12 +13,17 @@ the pipeline FILE auto-sharding splits by file.
 pyarrow and h5py are optional extras, imported when a reader that needs one is built.
 """
 
+from __future__ import annotations
+
 import ast
 import gzip
 import importlib
 import os
 import zipfile
 import zlib
+from collections.abc import Collection, Hashable, Iterable, Iterator
+from types import ModuleType, TracebackType
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -28,6 +33,10 @@ from mpidist.data.dataset import AUTOTUNE, Dataset, FileReader
 from mpidist.data.spec import TensorSpec
 from mpidist.errors import DataLossError, InvalidArgumentError
 
+if TYPE_CHECKING:
+    from mpidist.data.dataset import BlockSizes, IterationContext
+    from mpidist.data.element import Block, Structure
+
 __all__ = ["TextLineDataset", "NpyDataset", "NpzDataset", "ParquetDataset", "HDF5Dataset"]
 
 # Rows per block: about this many bytes. Measured (benchmarks/readers_throughput.py, .npy
@@ -36,7 +45,7 @@ __all__ = ["TextLineDataset", "NpyDataset", "NpzDataset", "ParquetDataset", "HDF
 BLOCK_BYTES = 1 << 20
 
 
-def _optional(module, reader, extra):
+def _optional(module: str, reader: str, extra: str) -> ModuleType:
     """An optional extra's module, or an ImportError saying what to install."""
     try:
         return importlib.import_module(module)
@@ -45,22 +54,23 @@ def _optional(module, reader, extra):
                           f"(or install {module.split('.')[0]} yourself). ({e})") from e
 
 
-def _block_rows(reader, block_rows):
+def _block_rows(reader: str, block_rows: int | None) -> int | None:
     return None if block_rows is None else positive_int(f"{reader}: block_rows", block_rows)
 
 
-def _block_split(sizes, rows, row_bytes, block_rows):
+def _block_split(sizes: BlockSizes, rows: int, row_bytes: int, block_rows: int | None
+                 ) -> Iterator[int]:
     """Block sizes for ``rows`` rows: the user's ``block_rows`` exactly, else about
     BLOCK_BYTES, in whole batches where a batch consumes them (``BlockSizes``)."""
     return sizes.split(rows, _rows_per_block(row_bytes, block_rows), exact=block_rows is not None)
 
 
-def _rows_per_block(row_bytes, block_rows):
+def _rows_per_block(row_bytes: int, block_rows: int | None) -> int:
     """``block_rows`` if given, else the rows that fill about BLOCK_BYTES (at least one)."""
     return block_rows if block_rows is not None else max(1, BLOCK_BYTES // max(1, row_bytes))
 
 
-def _named_keys(reader, argument, value):
+def _named_keys(reader: str, argument: str, value: object) -> list[str]:
     """A list of str keys from one str or a list / tuple of them."""
     keys = [value] if isinstance(value, str) else value
     if not isinstance(keys, (list, tuple)) or not keys or not all(isinstance(k, str) for k in keys):
@@ -71,7 +81,8 @@ def _named_keys(reader, argument, value):
     return list(keys)
 
 
-def _missing(reader, path, argument, wanted, available, what):
+def _missing(reader: str, path: str, argument: str, wanted: Iterable[str],
+             available: Collection[str], what: str) -> None:
     absent = [k for k in wanted if k not in available]
     if absent:
         raise InvalidArgumentError(
@@ -79,7 +90,7 @@ def _missing(reader, path, argument, wanted, available, what):
             f"{sorted(available)}. Pass {argument} from these.")
 
 
-def _same_rows(reader, path, counts):
+def _same_rows(reader: str, path: str, counts: dict[str, int]) -> int:
     """The row count every one of ``counts`` ({key: rows}) shares, else an error naming them."""
     if len(set(counts.values())) > 1:
         raise InvalidArgumentError(
@@ -109,12 +120,12 @@ class TextLineDataset(FileReader):
 
     reader = "TextLineDataset"
 
-    def _spec_args(self):
+    def _spec_args(self) -> Hashable:
         return ()  # one str per line, whatever the options
 
 
-    def __init__(self, filenames, compression_type=None, buffer_size=None, num_parallel_reads=None,
-                 name=None):
+    def __init__(self, filenames: Any, compression_type: str | None = None, buffer_size: int | None = None,
+                 num_parallel_reads: int | None = None, name: str | None = None) -> None:
         if compression_type not in _COMPRESSION:
             raise InvalidArgumentError(
                 f"TextLineDataset: compression_type must be None, '', 'GZIP' or 'ZLIB', got "
@@ -129,15 +140,15 @@ class TextLineDataset(FileReader):
         self._parallel = num_parallel_reads
         super().__init__(filenames)
 
-    def _file_spec(self, path):
+    def _file_spec(self, path: str) -> Structure:
         return TensorSpec((), np.str_)
 
-    def _blocks(self, ctx):
+    def _blocks(self, ctx: IterationContext) -> Iterator[Block]:
         if self._parallel is None or self._parallel == 1:
             return super()._blocks(ctx)
         return self._interleaved_blocks(ctx)
 
-    def _interleaved_blocks(self, ctx):
+    def _interleaved_blocks(self, ctx: IterationContext) -> Iterator[Block]:
         names = list(self._file_names(ctx))  # this worker's files where FILE sharding splits them
         if not names:
             return
@@ -145,7 +156,7 @@ class TextLineDataset(FileReader):
         lines = Dataset.from_tensor_slices(names).interleave(one_file, cycle_length=self._parallel)
         yield from lines._blocks(ctx.child(salt=-1))
 
-    def _raw_chunks(self, path):
+    def _raw_chunks(self, path: str) -> Iterator[bytes]:
         """The file's bytes, decompressed, ``self._chunk`` bytes at a time."""
         try:
             if self._compression == "GZIP":
@@ -171,7 +182,8 @@ class TextLineDataset(FileReader):
                 f"TextLineDataset: {path} is not a complete {self._compression} file: {e}. Check "
                 "compression_type, or re-copy the file.") from e
 
-    def _file_blocks(self, path, sizes):  # sizes: lines vary, blocks are by characters
+    # sizes: lines vary, blocks are by characters
+    def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:
         tail, offset = b"", 0
         for chunk in self._raw_chunks(path):
             data = tail + chunk
@@ -185,7 +197,7 @@ class TextLineDataset(FileReader):
         if tail:
             yield from self._line_blocks(path, tail, offset)
 
-    def _line_blocks(self, path, data, offset):
+    def _line_blocks(self, path: str, data: bytes, offset: int) -> Iterator[np.ndarray]:
         """Blocks of the lines of ``data`` (lines joined by "\\n"), each a <U array whose rows
         times longest line stays under _TEXT_BLOCK_CHARS."""
         try:
@@ -214,19 +226,20 @@ class TextLineDataset(FileReader):
 class _NpyHeader:
     __slots__ = ("shape", "dtype", "fortran", "offset")
 
-    def __init__(self, shape, dtype, fortran, offset):
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any], fortran: bool, offset: int
+                 ) -> None:
         self.shape, self.dtype, self.fortran, self.offset = shape, dtype, fortran, offset
 
     @property
-    def data_bytes(self):
+    def data_bytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     @property
-    def row_bytes(self):
+    def row_bytes(self) -> int:
         return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
 
 
-def _read_npy_header(f, reader, where):
+def _read_npy_header(f: IO[bytes], reader: str, where: str) -> _NpyHeader:
     """The header of the .npy stream ``f`` (positioned at its start); ``where`` names it."""
     fmt = np.lib.format
     try:
@@ -258,7 +271,7 @@ def _read_npy_header(f, reader, where):
     return header
 
 
-def _check_size(reader, where, header, actual):
+def _check_size(reader: str, where: str, header: _NpyHeader, actual: int) -> None:
     expected = header.offset + header.data_bytes
     if actual < expected:
         raise DataLossError(
@@ -267,14 +280,14 @@ def _check_size(reader, where, header, actual):
             f"has {actual} bytes. Re-copy or re-write the file.")
 
 
-def _read_into(f, out, reader, where):
+def _read_into(f: IO[bytes], out: np.ndarray, reader: str, where: str) -> np.ndarray:
     """Fill ``out`` (a fresh C-contiguous array) from ``f``; DataLossError if ``f`` ends first."""
     if not out.nbytes:
         return out
-    view = memoryview(out.reshape(-1).view(np.uint8))
+    view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # a buffer
     got = 0
     while got < len(view):
-        n = f.readinto(view[got:])
+        n = f.readinto(view[got:])  # type: ignore[attr-defined]  # files and zip members have it
         if not n:
             raise DataLossError(f"{reader}: {where} ended after {got} of the {len(view)} bytes of "
                                 "a block: it was truncated while being read.")
@@ -282,7 +295,8 @@ def _read_into(f, out, reader, where):
     return out
 
 
-def _npy_blocks(f, header, block_sizes, reader, where):
+def _npy_blocks(f: IO[bytes], header: _NpyHeader, block_sizes: Iterable[int], reader: str,
+                where: str) -> Iterator[np.ndarray]:
     """The rows of the .npy data at ``f``'s position in blocks of ``block_sizes`` rows, each
     block a fresh array (one read, no mapping of the file)."""
     row_shape = header.shape[1:]
@@ -290,7 +304,8 @@ def _npy_blocks(f, header, block_sizes, reader, where):
         yield _read_into(f, np.empty((rows,) + row_shape, header.dtype), reader, where)
 
 
-def _fortran_blocks(path, header, block_sizes):
+def _fortran_blocks(path: str, header: _NpyHeader, block_sizes: Iterable[int]
+                    ) -> Iterator[np.ndarray]:
     """Row blocks of a Fortran-ordered .npy (rows are not contiguous there): each block copied
     out of a mapping that lives only while the block is copied."""
     start = 0
@@ -313,31 +328,31 @@ class NpyDataset(FileReader):
 
     reader = "NpyDataset"
 
-    def _spec_args(self):
+    def _spec_args(self) -> Hashable:
         return ()
 
 
-    def __init__(self, filenames, block_rows=None):
+    def __init__(self, filenames: Any, block_rows: int | None = None) -> None:
         self._rows_per_block = _block_rows(self.reader, block_rows)
         super().__init__(filenames)
 
-    def _header(self, path, f):
+    def _header(self, path: str, f: IO[bytes]) -> _NpyHeader:
         header = _read_npy_header(f, self.reader, path)
         _check_size(self.reader, path, header, os.fstat(f.fileno()).st_size)
         return header
 
-    def _file_header(self, path):
+    def _file_header(self, path: str) -> _NpyHeader:
         with open(path, "rb") as f:
             return self._header(path, f)
 
-    def _file_spec(self, path):
+    def _file_spec(self, path: str) -> Structure:
         header = self._file_header(path)
         return TensorSpec(header.shape[1:], header.dtype)
 
-    def _file_rows(self, path):
+    def _file_rows(self, path: str) -> int | None:
         return self._file_header(path).shape[0]
 
-    def _file_blocks(self, path, sizes):
+    def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:
         with open(path, "rb", buffering=0) as f:
             header = self._header(path, f)  # again: the file may have changed since the spec
             blocks = _block_split(sizes, header.shape[0], header.row_bytes, self._rows_per_block)
@@ -358,22 +373,23 @@ class NpzDataset(FileReader):
 
     reader = "NpzDataset"
 
-    def _spec_args(self):
+    def _spec_args(self) -> Hashable:
         return ("*",) if self._keys is None else tuple(self._keys)  # "*": every key
 
-    def __init__(self, filenames, keys=None, block_rows=None):
+    def __init__(self, filenames: Any, keys: str | list[str] | tuple[str, ...] | None = None,
+                 block_rows: int | None = None) -> None:
         self._keys = None if keys is None else _named_keys(self.reader, "keys", keys)
         self._rows_per_block = _block_rows(self.reader, block_rows)
         super().__init__(filenames)
 
-    def _open(self, path):
+    def _open(self, path: str) -> zipfile.ZipFile:
         try:
             return zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError) as e:
             raise DataLossError(f"{self.reader}: {path} is not a complete .npz (zip) file: {e}. "
                                 "Re-copy it, or write it with numpy.savez.") from e
 
-    def _members(self, path, archive):
+    def _members(self, path: str, archive: zipfile.ZipFile) -> dict[str, tuple[str, _NpyHeader]]:
         """{key: (member name, header)} of the chosen arrays, each member's size checked."""
         names = {n[:-4]: n for n in archive.namelist() if n.endswith(".npy")}
         keys = self._keys if self._keys is not None else list(names)
@@ -390,20 +406,20 @@ class NpzDataset(FileReader):
         _same_rows(self.reader, path, {k: h.shape[0] for k, (_, h) in members.items()})
         return members
 
-    def _guard(self, where):
+    def _guard(self, where: str) -> _DataLossOn:
         return _DataLossOn((zipfile.BadZipFile, EOFError, zlib.error), self.reader, where)
 
-    def _file_spec(self, path):
+    def _file_spec(self, path: str) -> Structure:
         with self._open(path) as archive:
             members = self._members(path, archive)
         return {k: TensorSpec(h.shape[1:], h.dtype) for k, (_, h) in members.items()}
 
-    def _file_rows(self, path):
+    def _file_rows(self, path: str) -> int | None:
         with self._open(path) as archive:
             members = self._members(path, archive)
         return next(iter(members.values()))[1].shape[0]
 
-    def _file_blocks(self, path, sizes):
+    def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:
         with self._open(path) as archive:
             members = self._members(path, archive)
             row_bytes = sum(h.row_bytes for _, h in members.values())
@@ -426,7 +442,7 @@ class NpzDataset(FileReader):
                     member.close()
 
 
-    def _open_member(self, path, archive, name):
+    def _open_member(self, path: str, archive: zipfile.ZipFile, name: str) -> IO[bytes]:
         """A stream of member ``name``: an uncompressed one (numpy.savez) read straight from
         the file, as a .npy is (zipfile's stream would copy every block twice more); a
         compressed one through zipfile, decompressed as it is read."""
@@ -448,13 +464,14 @@ class NpzDataset(FileReader):
 class _DataLossOn:
     """A context in which ``errors`` (a damaged archive's) become DataLossError naming it."""
 
-    def __init__(self, errors, reader, where):
+    def __init__(self, errors: tuple[type[BaseException], ...], reader: str, where: str) -> None:
         self._errors, self._reader, self._where = errors, reader, where
 
-    def __enter__(self):
+    def __enter__(self) -> _DataLossOn:
         return self
 
-    def __exit__(self, kind, value, traceback):
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> Literal[False]:
         if kind is not None and issubclass(kind, self._errors):
             raise DataLossError(f"{self._reader}: {self._where} is damaged: {value}. Re-copy "
                                 "or re-write the file.") from value
@@ -478,11 +495,12 @@ class ParquetDataset(FileReader):
 
     reader = "ParquetDataset"
 
-    def _spec_args(self):
+    def _spec_args(self) -> Hashable:
         return ("*",) if self._columns is None else tuple(self._columns)  # "*": every column
 
 
-    def __init__(self, filenames, columns=None, batch_rows=None):
+    def __init__(self, filenames: Any, columns: str | list[str] | tuple[str, ...] | None = None,
+                 batch_rows: int | None = None) -> None:
         self._pa = _optional("pyarrow", self.reader, "parquet")
         self._pq = _optional("pyarrow.parquet", self.reader, "parquet")
         self._columns = None if columns is None else _named_keys(self.reader, "columns", columns)
@@ -490,20 +508,20 @@ class ParquetDataset(FileReader):
             f"{self.reader}: batch_rows", batch_rows)
         super().__init__(filenames)
 
-    def _open(self, path):
+    def _open(self, path: str) -> Any:
         try:
             return self._pq.ParquetFile(path)
         except (self._pa.ArrowException, OSError) as e:
             raise DataLossError(f"{self.reader}: {path} is not a readable Parquet file: {e}. "
                                 "Re-copy it, or write it with pyarrow.parquet.write_table.") from e
 
-    def _chosen(self, path, parquet):
+    def _chosen(self, path: str, parquet: Any) -> dict[str, Any]:
         schema = parquet.schema_arrow
         columns = self._columns if self._columns is not None else list(schema.names)
         _missing(self.reader, path, "columns", columns, schema.names, "columns")
         return {c: schema.field(c).type for c in columns}
 
-    def _leaf(self, path, column, arrow_type):
+    def _leaf(self, path: str, column: str, arrow_type: Any) -> tuple[np.dtype[Any], tuple[int, ...]]:
         """(dtype, row shape) of a column of ``arrow_type``, or an error saying why not."""
         types = self._pa.types
         if types.is_fixed_size_list(arrow_type):
@@ -524,13 +542,13 @@ class ParquetDataset(FileReader):
             return np.dtype(arrow_type.to_pandas_dtype()), ()
         raise self._unreadable(path, column, arrow_type, "not a type with a NumPy row")
 
-    def _unreadable(self, path, column, arrow_type, why):
+    def _unreadable(self, path: str, column: str, arrow_type: Any, why: str) -> InvalidArgumentError:
         return InvalidArgumentError(
             f"{self.reader}: column {column!r} of {path} has type {arrow_type}: {why}. Columns "
             "of numbers, bools, strings and fixed-size lists of numbers are read; leave this one "
             "out with columns=[...], or convert it.")
 
-    def _file_spec(self, path):
+    def _file_spec(self, path: str) -> Structure:
         parquet = self._open(path)
         try:
             return {c: TensorSpec(shape, dtype)
@@ -539,14 +557,14 @@ class ParquetDataset(FileReader):
         finally:
             parquet.close()
 
-    def _file_rows(self, path):
+    def _file_rows(self, path: str) -> int | None:
         parquet = self._open(path)
         try:
             return parquet.metadata.num_rows
         finally:
             parquet.close()
 
-    def _check_statistics(self, path, parquet, columns):
+    def _check_statistics(self, path: str, parquet: Any, columns: Collection[str]) -> None:
         """Nulls the footer's statistics count: an error before any row is read."""
         meta = parquet.metadata
         for g in range(meta.num_row_groups):
@@ -558,13 +576,13 @@ class ParquetDataset(FileReader):
                 if name in columns and stats is not None and stats.has_null_count and stats.null_count:
                     raise self._nulls(path, name, f"row group {g} has {stats.null_count}")
 
-    def _nulls(self, path, column, count):
+    def _nulls(self, path: str, column: str, count: str) -> InvalidArgumentError:
         return InvalidArgumentError(
             f"{self.reader}: column {column!r} of {path} has nulls ({count}), which have no value "
             "in an array row; nothing is filled in. Fill or drop them when writing the file, or "
             "leave the column out with columns=[...].")
 
-    def _to_numpy(self, path, column, array, dtype):
+    def _to_numpy(self, path: str, column: str, array: Any, dtype: np.dtype[Any]) -> np.ndarray:
         if array.null_count:
             raise self._nulls(path, column, f"{array.null_count} in a batch")
         if dtype.kind in "US":
@@ -576,7 +594,8 @@ class ParquetDataset(FileReader):
             return inner.reshape((rows, array.type.list_size) + inner.shape[1:])
         return array.to_numpy(zero_copy_only=False)
 
-    def _file_blocks(self, path, sizes):  # sizes: pyarrow's record batches decide
+    # sizes: pyarrow's record batches decide
+    def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:
         parquet = self._open(path)
         try:
             chosen = self._chosen(path, parquet)
@@ -603,11 +622,12 @@ class HDF5Dataset(FileReader):
 
     reader = "HDF5Dataset"
 
-    def _spec_args(self):
+    def _spec_args(self) -> Hashable:
         return repr(self._key)  # a str, or a tuple / dict of str
 
 
-    def __init__(self, filenames, key, block_rows=None):
+    def __init__(self, filenames: Any, key: str | list[str] | tuple[str, ...] | dict[str, str],
+                 block_rows: int | None = None) -> None:
         self._h5py = _optional("h5py", self.reader, "hdf5")
         if isinstance(key, list):
             key = tuple(key)
@@ -622,14 +642,14 @@ class HDF5Dataset(FileReader):
         self._rows_per_block = _block_rows(self.reader, block_rows)
         super().__init__(filenames)
 
-    def _open(self, path):
+    def _open(self, path: str) -> Any:
         try:
             return self._h5py.File(path, "r")
         except OSError as e:
             raise DataLossError(f"{self.reader}: {path} is not a readable HDF5 file: {e}. Re-copy "
                                 "it, or write it with h5py.") from e
 
-    def _datasets(self, path, f):
+    def _datasets(self, path: str, f: Any) -> list[Any]:
         """The chosen h5py datasets (flat, in nest order), checked."""
         paths = nest.flatten(self._key)
         found = [f.get(p) for p in paths]
@@ -647,7 +667,7 @@ class HDF5Dataset(FileReader):
         _same_rows(self.reader, path, {p: d.shape[0] for p, d in zip(paths, found)})
         return found
 
-    def _dtype(self, path, name, dset):
+    def _dtype(self, path: str, name: str, dset: Any) -> tuple[np.dtype[Any], bool]:
         """(the NumPy dtype of the rows, whether they are read as str)."""
         string = self._h5py.check_string_dtype(dset.dtype)
         if string is not None and string.length is None:
@@ -658,17 +678,17 @@ class HDF5Dataset(FileReader):
                 f"({dset.dtype}), which have no one row shape. Store fixed-shape arrays.")
         return dset.dtype, False
 
-    def _file_spec(self, path):
+    def _file_spec(self, path: str) -> Structure:
         with self._open(path) as f:
             leaves = [TensorSpec(d.shape[1:], self._dtype(path, p, d)[0])
                       for p, d in zip(nest.flatten(self._key), self._datasets(path, f))]
         return nest.pack_sequence_as(self._key, leaves) if nest.is_nested(self._key) else leaves[0]
 
-    def _file_rows(self, path):
+    def _file_rows(self, path: str) -> int | None:
         with self._open(path) as f:
             return self._datasets(path, f)[0].shape[0]
 
-    def _file_blocks(self, path, sizes):
+    def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:
         with self._open(path) as f:
             dsets = self._datasets(path, f)
             paths = nest.flatten(self._key)
