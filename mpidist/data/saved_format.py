@@ -232,7 +232,7 @@ class _ShardWriter:
     rows have other shapes, then written with its table and CRC."""
 
     def __init__(self, shard_id: int, path: str, spec_json: Any, block_rows: int,
-                 block_bytes: int):
+                 block_bytes: int) -> None:
         self.shard_id, self.path = shard_id, path
         self.block_rows, self.block_bytes = block_rows, block_bytes
         self.rows = self.blocks = 0
