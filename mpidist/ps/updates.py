@@ -41,11 +41,11 @@ def _shard_pairs(pairs: Any) -> list[tuple[Any, Any]]:
 class ParameterServerUpdates(UpdateApplier):
     """Updates sent to the parameter servers (see the module docstring)."""
 
-    def apply_gradients(self, updates: OptimizerUpdates, grads_and_vars: Any,
+    def apply_gradients(self, updates: OptimizerUpdates, strategy: Any, grads_and_vars: Any,
                         name: str | None, aggregate: bool) -> Any:
         if hasattr(grads_and_vars, "__next__"):
             grads_and_vars = list(grads_and_vars)  # zip(...), a generator: read twice below
-        grads, checked = updates.check(_shard_pairs(grads_and_vars), name)
+        grads, checked = updates.check(strategy, _shard_pairs(grads_and_vars), name)
         updates.require_slots(checked, "Under ParameterServerStrategy slots live on the "
                               "parameter servers and are created on the coordinator: call "
                               "optimizer.build(variables) inside `with strategy.scope():` "

@@ -35,10 +35,12 @@ class OptimizerUpdates(Protocol):
     def iterations(self) -> Any:
         """The optimizer's update counter (a variable)."""
 
-    def apply_in_replicas(self, grads_and_vars: Any, name: str | None, aggregate: bool) -> Any:
+    def apply_in_replicas(self, strategy: Any, grads_and_vars: Any, name: str | None,
+                          aggregate: bool) -> Any:
         """The synchronous path: sum over replicas, then update every copy."""
 
-    def check(self, grads_and_vars: Any, name: str | None) -> tuple[list[Any], tuple[Any, ...]]:
+    def check(self, strategy: Any, grads_and_vars: Any, name: str | None
+              ) -> tuple[list[Any], tuple[Any, ...]]:
         """The checked ``(gradients, variables)`` of the pairs (errors name the bad pair)."""
 
     def require_slots(self, variables: Sequence[Any], why: str) -> None:
@@ -67,9 +69,10 @@ class OptimizerUpdates(Protocol):
 class UpdateApplier:
     """How a strategy applies an optimizer's updates (``StrategyExtended.update_applier``)."""
 
-    def apply_gradients(self, updates: OptimizerUpdates, grads_and_vars: Any,
+    def apply_gradients(self, updates: OptimizerUpdates, strategy: Any, grads_and_vars: Any,
                         name: str | None, aggregate: bool) -> Any:
-        """Apply one update of ``grads_and_vars``; returns the optimizer's ``iterations``."""
+        """Apply one update of ``grads_and_vars`` under ``strategy`` (the current one); returns
+        the optimizer's ``iterations``."""
         raise NotImplementedError
 
     def slot_scope(self, extended: Any, variable: Any) -> contextlib.AbstractContextManager[Any]:
@@ -90,9 +93,9 @@ class UpdateApplier:
 class ReplicaUpdates(UpdateApplier):
     """Synchronous replicas: the optimizer's own fused or per-variable replica path."""
 
-    def apply_gradients(self, updates: OptimizerUpdates, grads_and_vars: Any,
+    def apply_gradients(self, updates: OptimizerUpdates, strategy: Any, grads_and_vars: Any,
                         name: str | None, aggregate: bool) -> Any:
-        return updates.apply_in_replicas(grads_and_vars, name, aggregate)
+        return updates.apply_in_replicas(strategy, grads_and_vars, name, aggregate)
 
 
 REPLICA_UPDATES = ReplicaUpdates()

@@ -285,13 +285,14 @@ class Optimizer:
             raise RuntimeError(
                 "`apply_gradients() cannot be called in cross-replica context. Use "
                 "`mpidist.Strategy.run` to enter replica context.")
-        return get_strategy().extended.update_applier.apply_gradients(
-            self._updates, grads_and_vars, name, experimental_aggregate_gradients)
+        strategy = get_strategy()
+        return strategy.extended.update_applier.apply_gradients(
+            self._updates, strategy, grads_and_vars, name, experimental_aggregate_gradients)
 
-    def _apply_in_replicas(self, grads_and_vars, name, experimental_aggregate_gradients):
+    def _apply_in_replicas(self, strategy, grads_and_vars, name,
+                           experimental_aggregate_gradients):
         """The replicas' applier (``ReplicaUpdates``): sum, clip, then update every copy, with
         the fused kernel where the layout allows."""
-        strategy = get_strategy()
         grads, variables, signature = self._checks.check(grads_and_vars, name, strategy)
         if variables is not self._dtypes_checked:  # the repeating step passes the same tuple
             self._check_dtypes(variables)
@@ -513,11 +514,11 @@ class _OptimizerUpdates:
     def iterations(self):
         return self._opt._iterations
 
-    def apply_in_replicas(self, grads_and_vars, name, aggregate):
-        return self._opt._apply_in_replicas(grads_and_vars, name, aggregate)
+    def apply_in_replicas(self, strategy, grads_and_vars, name, aggregate):
+        return self._opt._apply_in_replicas(strategy, grads_and_vars, name, aggregate)
 
-    def check(self, grads_and_vars, name):
-        grads, variables, _ = self._opt._checks.check(grads_and_vars, name, get_strategy())
+    def check(self, strategy, grads_and_vars, name):
+        grads, variables, _ = self._opt._checks.check(grads_and_vars, name, strategy)
         return grads, variables
 
     def require_slots(self, variables, why):
