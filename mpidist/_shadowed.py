@@ -3,6 +3,8 @@ package: the checkout's ``kernels/`` becomes ``mpidist.kernels`` only when it is
 without this the first import of a kernel fails with ``No module named 'mpidist.kernels'``,
 which names neither the cause nor the fix."""
 
+from __future__ import annotations
+
 import os
 import sys
 from importlib.metadata import PackageNotFoundError, distribution
@@ -10,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 __all__ = ["shadowed_checkout_error"]
 
 
-def _installed_elsewhere(found):
+def _installed_elsewhere(found: str) -> str | None:
     """Where pip installed mpidist, if that is not ``found``."""
     try:
         location = str(distribution("mpidist").locate_file("mpidist"))
@@ -19,7 +21,7 @@ def _installed_elsewhere(found):
     return None if os.path.realpath(location) == os.path.realpath(found) else location
 
 
-def shadowed_checkout_error(init_file):
+def shadowed_checkout_error(init_file: str) -> ImportError:
     """An ImportError naming the interpreter, the mpidist it found, and the fix."""
     found = os.path.dirname(os.path.abspath(init_file))
     checkout = os.path.dirname(found)

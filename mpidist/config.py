@@ -3,9 +3,13 @@
 Precedence everywhere is: explicit argument > environment variable > default.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import os
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["Config", "get_config"]
 
@@ -13,7 +17,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def _env_bool(name, default):
+def _env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None:
         return default
@@ -31,7 +35,7 @@ def _env_bool(name, default):
     return default
 
 
-def _env_number(name, default, kind=float, off=None):
+def _env_number(name: str, default: Any, kind: Callable[[str], Any] = float, off: Any = None) -> Any:
     """A non-negative number from ``name``; ``off`` (e.g. None) for ``off``/``never``."""
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
@@ -54,7 +58,7 @@ def _env_number(name, default, kind=float, off=None):
     return number
 
 
-def _env_deadline(name, default):
+def _env_deadline(name: str, default: float) -> float:
     """A finite positive number of seconds from ``name``. A deadline can be raised, never
     turned off: ``off``, ``inf`` and the like warn and keep the default."""
     raw = os.environ.get(name)
@@ -76,7 +80,7 @@ def _env_deadline(name, default):
     return number
 
 
-def _env_threads(name):
+def _env_threads(name: str) -> int | str | None:
     """``auto`` (default), ``off`` (None) or a positive thread count."""
     raw = os.environ.get(name, "").strip().lower()
     if raw in ("", "auto"):
@@ -91,7 +95,7 @@ def _env_threads(name):
 _THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 
 
-def _env_thread_level(name, default):
+def _env_thread_level(name: str, default: str | None) -> str | None:
     """One of mpi4py's thread level names, or None for ``default`` (mpi4py's own)."""
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
@@ -105,7 +109,7 @@ def _env_thread_level(name, default):
     return default
 
 
-def _env_ps_pickle(name):
+def _env_ps_pickle(name: str) -> str:
     raw = os.environ.get(name, "").strip().lower()
     if raw in ("", "by_value", "by_name"):
         return raw or "by_value"
@@ -202,13 +206,13 @@ class Config:
     stall_warning_seconds: float = 60.0
     shm_min_bytes: int = 256 * 1024
     abort_on_exception: bool = True
-    cpu_threads: object = "auto"
+    cpu_threads: int | str | None = "auto"
     timeline_path: str | None = None
     rank_state_path: str | None = None
     full_tracebacks: bool = False
     shm_min_bytes_one_node: int = 32 << 20
     shm_min_bytes_across_nodes: int = 512 << 10
-    mpi_thread_level: str = "serialized"
+    mpi_thread_level: str | None = "serialized"
     num_ps: int = 1
     ps_timeout: float = 60.0
     ps_connect_timeout: float = 300.0
@@ -227,7 +231,7 @@ class Config:
     set_variables: frozenset = frozenset()
 
     @classmethod
-    def from_env(cls):
+    def from_env(cls) -> Config:
         return cls(
             set_variables=frozenset(k for k in os.environ if k.startswith("MPIDIST_")),
             log_level=os.environ.get("MPIDIST_LOG", "").strip().lower(),
@@ -264,10 +268,10 @@ class Config:
         )
 
 
-_config = None
+_config: Config | None = None
 
 
-def get_config():
+def get_config() -> Config:
     """The process-wide Config, read from the environment on first use."""
     global _config
     if _config is None:

@@ -11,9 +11,12 @@ environment (PMI_RANK, PMIX_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID: see
 ``mpidist.launcher_env``).
 """
 
+from __future__ import annotations
+
 import logging
 import socket
 import sys
+from typing import Any
 
 from mpidist.config import get_config
 from mpidist.launcher_env import launcher_rank
@@ -22,20 +25,20 @@ __all__ = ["get_logger", "set_rank"]
 
 _LEVELS = {"": logging.WARNING, "warning": logging.WARNING, "info": logging.INFO,
            "debug": logging.DEBUG}
-_state = {"configured": False, "rank": None, "size": None}
+_state: dict[str, Any] = {"configured": False, "rank": None, "size": None}
 
 
-def set_rank(rank, size):
+def set_rank(rank: int | None, size: int | None) -> None:
     """Called by the communicator: the rank and job size shown in every line from now on."""
     _state["rank"], _state["size"] = rank, size
 
 
 class _RankFilter(logging.Filter):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self._host = socket.gethostname().split(".")[0]
 
-    def filter(self, record):
+    def filter(self, record: logging.LogRecord) -> bool:
         rank = _state["rank"] if _state["rank"] is not None else launcher_rank()
         size = _state["size"]
         label = "?" if rank is None else str(rank) if size is None else f"{rank}/{size}"
@@ -43,7 +46,7 @@ class _RankFilter(logging.Filter):
         return True
 
 
-def _configure():
+def _configure() -> None:
     logger = logging.getLogger("mpidist")
     level_name = get_config().log_level
     level = _LEVELS.get(level_name)
@@ -60,7 +63,7 @@ def _configure():
     _state["configured"] = True
 
 
-def get_logger(name):
+def get_logger(name: str) -> logging.Logger:
     """The logger ``name`` (under ``mpidist``), with mpidist's handler installed once."""
     if not _state["configured"]:
         _configure()

@@ -2,15 +2,29 @@
 that annotations use for a replica's value."""
 
 import enum
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 __all__ = ["Array", "ReduceOp", "VariableAggregation", "VariableSynchronization"]
 
-Array: TypeAlias = Any
+if TYPE_CHECKING:
+    import cupy
+    import numpy
+
+    Array: TypeAlias = numpy.ndarray[Any, Any] | cupy.ndarray
+else:
+    Array = Any
 """An array on some device: a ``numpy.ndarray`` on the host, a ``cupy.ndarray`` on a GPU.
 
-``Any`` because CuPy is optional and untyped, and because the code handles both kinds through
-the same duck-typed calls; the name documents what a parameter holds."""
+To a type checker ``Array`` is the union ``numpy.ndarray | cupy.ndarray``. CuPy ships no type
+information (mypy's config lists it under ``ignore_missing_imports``), so its half of the union is
+``Any``: a value *passed* as an Array is never refused (a user's list, scalar or CuPy array needs
+no cast), while a value *used* as an Array is checked against ``numpy.ndarray`` as well (a
+misspelt attribute, a wrong method's arguments, an Array returned where a ``float`` is declared).
+A Protocol (shape, dtype, ndim) was the other choice: it checks less inside mpidist (no
+arithmetic, no indexing without restating NumPy's API) and refuses array-likes at the call sites.
+
+At run time ``Array`` is ``Any``: NumPy stays out of this bottom module's imports, and
+``mpidist.core.signatures.accepts`` reads an ``Array`` annotation as "no check", as before."""
 
 
 class ReduceOp(enum.Enum):

@@ -125,7 +125,7 @@ def copy_to_device(x: Any, device: str | DeviceSpec | None = None) -> Array:
     return np.array(x, copy=True)
 
 
-def _peer_copy(cupy: ModuleType, x: Array, index: int) -> Array:
+def _peer_copy(cupy: ModuleType, x: Any, index: int) -> Array:  # x: a cupy.ndarray
     """``x`` copied onto GPU ``index`` from its own GPU, ordered with both devices' current
     streams. CuPy's peer copy runs on the destination's stream, which knows nothing of the
     source's: without the first event it may read ``x`` before the kernel producing it ran;

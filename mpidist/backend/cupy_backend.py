@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["available", "get_cupy", "is_cupy_array", "gpu_count", "reset"]
 
@@ -31,7 +31,9 @@ def reset() -> None:
     _state.update(checked=False, module=None, error=None)
 
 
-def is_cupy_array(x: object) -> bool:
+def is_cupy_array(x: object) -> TypeGuard[Any]:
+    # TypeGuard: inside ``if is_cupy_array(x)`` x is a cupy.ndarray, i.e. Any (CuPy is untyped),
+    # not the numpy half of ``mpidist.types.Array``.
     # A CuPy array can only exist if cupy was imported by someone: avoid importing it here.
     cupy = sys.modules.get("cupy")
     return cupy is not None and isinstance(x, cupy.ndarray)

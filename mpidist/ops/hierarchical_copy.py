@@ -9,6 +9,7 @@ rotate with the pack index, spreading the work.
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 from mpidist.backend import copy_to_device, device_context
 from mpidist.core.devices import DeviceSpec
@@ -59,7 +60,7 @@ def hierarchical_copy_sum(index: int, arrays: Sequence[Array], devices: Sequence
     partial1 = _sum_on(devices[g1_main], arrays, devices, group1)
     with device_context(devices[g0_main]):
         total = reduce_n([partial0, _place(partial1, devices[g0_main])], out=partial0)
-    results = [None] * n
+    results: list[Any] = [None] * n  # every slot is filled below
     results[g0_main] = total
     results[g1_main] = _place(total, devices[g1_main])
     for group, main in ((group0, g0_main), (group1, g1_main)):
