@@ -7,6 +7,8 @@ with the first dead rank's code. The directory is local to the node that runs ``
 run``: guards on other nodes, which cannot see it, each print their full report.
 """
 
+from __future__ import annotations
+
 import os
 
 __all__ = ["claim_first_death", "first_death"]
@@ -14,7 +16,8 @@ __all__ = ["claim_first_death", "first_death"]
 _FIRST = "first-death"
 
 
-def claim_first_death(directory, rank, code):
+def claim_first_death(directory: str | None, rank: int | None, code: int
+                      ) -> tuple[int | None, int | None] | None:
     """``None`` when this rank is the first to die (or there is no usable directory), else the
     ``(rank, code)`` of the rank that died first."""
     if not directory or not os.path.isdir(directory):
@@ -33,7 +36,7 @@ def claim_first_death(directory, rank, code):
     return None
 
 
-def first_death(directory):
+def first_death(directory: str) -> tuple[int | None, int] | None:
     """``(rank, code)`` of the first rank that died, or None; rank is None when unknown."""
     try:
         with open(os.path.join(directory, _FIRST)) as f:

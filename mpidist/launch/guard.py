@@ -21,14 +21,17 @@ asked to back up, and the launcher says so). Exit status 1 (an uncaught exceptio
 traceback is already above) gets a one-line note instead of a report.
 """
 
+from __future__ import annotations
+
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 
-from mpidist.comm.rank_state import ENV_VARIABLE, create_state_file, read_state_file
+from mpidist.comm.rank_state import ENV_VARIABLE, RankState, create_state_file, read_state_file
 from mpidist.launch import leftovers
 from mpidist.launch.deaths import claim_first_death
 from mpidist.launch.report import death_report, exit_code_of, later_death_note
@@ -46,7 +49,7 @@ USAGE = ("usage: python -m mpidist.guard [--report-dir DIR] [--survivable] [--] 
 _PR_SET_PDEATHSIG = 1
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m mpidist.guard``: returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     report_dir, survivable = None, False
@@ -66,7 +69,8 @@ def main(argv=None):
     return run_guarded(argv, report_dir, die_like_program=not survivable)
 
 
-def run_guarded(command, report_dir=None, die_like_program=False):
+def run_guarded(command: Sequence[str], report_dir: str | None = None,
+                die_like_program: bool = False) -> int:
     """Run ``command`` (a list) as the guarded program; its exit code, or 128 + signal. With
     ``die_like_program``, a program killed by a signal kills the guard with the same signal
     (after the report) instead of returning."""
@@ -76,7 +80,7 @@ def run_guarded(command, report_dir=None, die_like_program=False):
     return exit_code_of(returncode)
 
 
-def die_by_signal(number):
+def die_by_signal(number: int) -> None:
     """End this process by signal ``number``, as a process without a handler for it would (no
     core file: the program's own, if any, is the one to read). Returns only if the signal
     does not end a process by default."""
@@ -95,7 +99,7 @@ def die_by_signal(number):
     time.sleep(1)  # delivery is immediate for an unblocked signal; this is only a margin
 
 
-def _run_and_report(command, report_dir):
+def _run_and_report(command: Sequence[str], report_dir: str | None) -> int:
     """Run the guarded program; its ``subprocess`` returncode (negative: killed by a signal)."""
     # Before MPI starts: a killed predecessor's segment under the same name (a requeued Slurm
     # job's) would be attached to by this rank and fail MPI_Init (mpidist.launch.leftovers).
@@ -128,10 +132,10 @@ def _run_and_report(command, report_dir):
             os.unlink(path)
 
 
-def _wait_noting_segments(child):
+def _wait_noting_segments(child: subprocess.Popen[bytes]) -> tuple[int, set[str]]:
     """Wait for ``child``; ``(returncode, the MPI shared-memory segments it mapped)``, read
     from /proc every second while it runs (after it died, /proc no longer says)."""
-    segments = set()
+    segments: set[str] = set()
     while True:
         try:
             return child.wait(timeout=1.0), segments  # wait-ok: lives as long as its program
@@ -139,13 +143,13 @@ def _wait_noting_segments(child):
             segments |= leftovers.segments_mapped_by(child.pid)
 
 
-def _say(cleared):
+def _say(cleared: leftovers.Cleared) -> None:
     message = cleared.message()
     if message:
         _write(message + "\n")
 
 
-def _state_file():
+def _state_file() -> tuple[str, int]:
     """``(path for the program, fd)`` of a new rank-state file. On Linux the file is unlinked
     at once and the program opens it through /proc/<guard>/fd/<fd>: a guard killed with
     SIGKILL (as mpiexec ends the other ranks) leaves nothing behind in /dev/shm."""
@@ -158,7 +162,10 @@ def _state_file():
     return path, fd
 
 
-def _report(returncode, state, pid, command, report_dir):
+def _report(returncode: int, state: RankState | None, pid: int, command: Sequence[str],
+            report_dir: str | None) -> None:
+    rank: int | None
+    size: int | None
     if state is not None:  # MPI's own numbering, once the program had a communicator
         rank, size = state.rank, state.size
     else:
@@ -173,7 +180,7 @@ def _report(returncode, state, pid, command, report_dir):
         _write(later_death_note(returncode, rank, host, pid, first))
 
 
-def _die_with_parent():
+def _die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGKILL when the guard dies (Linux), or None."""
     if not sys.platform.startswith("linux"):
         return None
@@ -182,7 +189,7 @@ def _die_with_parent():
     libc = ctypes.CDLL(None, use_errno=True)
     guard = os.getpid()
 
-    def set_death_signal():
+    def set_death_signal() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != guard:  # the guard died before prctl took effect
             os.kill(os.getpid(), signal.SIGKILL)
@@ -190,7 +197,7 @@ def _die_with_parent():
     return set_death_signal
 
 
-def _write(text):
+def _write(text: str) -> None:
     """One write: a report from one rank does not interleave with another rank's lines."""
     data = text.encode("utf-8", "replace")
     while data:

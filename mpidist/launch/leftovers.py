@@ -17,9 +17,12 @@ detached cleaner (``python -m mpidist.launch.leftovers``) waits for them to go, 
 ``LINGER_SECONDS``, and then clears; what even that misses, the next guard on the node clears.
 """
 
+from __future__ import annotations
+
 import os
 import re
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 __all__ = ["SHM", "PREFIXES", "present", "segments_mapped_by", "mapped_segments",
@@ -34,11 +37,11 @@ LINGER_SECONDS = 30.0  # how long a detached cleaner waits for a dead job's rank
 _MAPPING = re.compile(r"/dev/shm/(\S+)")
 
 
-def _ours(name):
+def _ours(name: str) -> bool:
     return name.startswith(PREFIXES)
 
 
-def segments_mapped_by(pid):
+def segments_mapped_by(pid: int) -> set[str]:
     """The MPI segments in /dev/shm that process ``pid`` maps (empty once it is gone)."""
     try:
         text = Path(f"/proc/{pid}/maps").read_text()
@@ -47,9 +50,9 @@ def segments_mapped_by(pid):
     return {name for name in _MAPPING.findall(text) if _ours(name)}
 
 
-def mapped_segments():
+def mapped_segments() -> set[str]:
     """The MPI segments any live process of this machine maps (that this user can see)."""
-    names = set()
+    names: set[str] = set()
     for maps in Path("/proc").glob("[0-9]*/maps"):
         try:
             names.update(n for n in _MAPPING.findall(maps.read_text()) if _ours(n))
@@ -61,10 +64,11 @@ def mapped_segments():
 class Cleared:
     """What a clearing did: the segments removed, and those that could not be, with why."""
 
-    def __init__(self):
-        self.removed, self.failed = [], []
+    def __init__(self) -> None:
+        self.removed: list[str] = []
+        self.failed: list[tuple[str, str]] = []
 
-    def message(self):
+    def message(self) -> str | None:
         """A line for the log, naming what could not be removed and the fix; None if all is
         well."""
         if not self.failed:
@@ -75,7 +79,7 @@ class Cleared:
                 "these files (as their owner or root), or run on another node.")
 
 
-def _remove(path, cleared):
+def _remove(path: Path, cleared: Cleared) -> None:
     try:
         path.unlink()
         cleared.removed.append(str(path))
@@ -85,7 +89,7 @@ def _remove(path, cleared):
         cleared.failed.append((str(path), err.strerror or str(err)))
 
 
-def clear_stale(grace_seconds=GRACE_SECONDS, now=None):
+def clear_stale(grace_seconds: float = GRACE_SECONDS, now: float | None = None) -> Cleared:
     """Remove the MPI segments no live process maps and not modified for ``grace_seconds``."""
     cleared = Cleared()
     if not SHM.is_dir():
@@ -111,12 +115,13 @@ def clear_stale(grace_seconds=GRACE_SECONDS, now=None):
     return cleared
 
 
-def present():
+def present() -> set[str]:
     """The MPI segments in /dev/shm now (names)."""
     return {p.name for p in SHM.iterdir() if _ours(p.name)} if SHM.is_dir() else set()
 
 
-def clear_unused(names, grace_seconds=GRACE_SECONDS, now=None):
+def clear_unused(names: Iterable[str], grace_seconds: float = GRACE_SECONDS,
+                 now: float | None = None) -> Cleared:
     """Remove the segments ``names`` (a dead program's) that no live process maps and that
     were not modified for ``grace_seconds`` (one a starting job has just created is not yet
     mapped): the last rank of a node to end clears what the node's ranks shared."""
@@ -136,7 +141,7 @@ def clear_unused(names, grace_seconds=GRACE_SECONDS, now=None):
     return cleared
 
 
-def clear_when_unused(names):
+def clear_when_unused(names: Iterable[str]) -> Cleared:
     """``clear_unused(names)`` now; the segments still there are left to a detached cleaner
     that clears them once their processes have gone. Returns what was cleared now."""
     cleared = clear_unused(names)
@@ -153,7 +158,7 @@ def clear_when_unused(names):
     return cleared
 
 
-def _clear_later(names, linger=LINGER_SECONDS, poll=0.5):
+def _clear_later(names: Sequence[str], linger: float = LINGER_SECONDS, poll: float = 0.5) -> None:
     """The detached cleaner: ``clear_unused(names)`` every ``poll`` s until they are gone or
     ``linger`` s have passed (then the next guard on the node clears what is left)."""
     deadline = time.monotonic() + linger

@@ -1,13 +1,20 @@
 """The report a guard prints when the rank it started dies: who, where, how, and in which
 collective. Pure text; the guard gathers the facts."""
 
+from __future__ import annotations
+
 import shlex
 import signal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mpidist.comm.rank_state import RankState
 
 __all__ = ["death_report", "later_death_note", "exit_code_of", "describe_status"]
 
 # Why a signal usually arrives, for the signals a training job dies of.
-_SIGNAL_HINTS = {
+_SIGNAL_HINTS: dict[int, str] = {
     signal.SIGKILL: "often the kernel's OOM killer; check `dmesg`/Slurm's memory accounting",
     signal.SIGSEGV: "a crash in native code (a C extension, the MPI library, CUDA); run with "
                     "`python -X faulthandler` to see the Python stack at the crash",
@@ -23,12 +30,12 @@ _SIGNAL_HINTS = {
 PYTHON_ERROR_STATUS = 1  # an uncaught exception, and mpidist's abort hook (MPI_Abort(1))
 
 
-def exit_code_of(returncode):
+def exit_code_of(returncode: int) -> int:
     """The shell's exit code for a ``subprocess`` returncode: the code, or 128 + signal."""
     return returncode if returncode >= 0 else 128 - returncode
 
 
-def describe_status(returncode):
+def describe_status(returncode: int) -> str:
     """``exited with status 3`` or ``was killed by SIGKILL (signal 9): <hint>``."""
     if returncode >= 0:
         return f"exited with status {returncode}"
@@ -42,7 +49,7 @@ def describe_status(returncode):
     return f"{text}: {hint}" if hint else text
 
 
-def _collective(state):
+def _collective(state: RankState | None) -> tuple[str, str] | None:
     """``(the last collective, how the rank left it)`` as phrases; None without a file."""
     if state is None:
         return None
@@ -57,7 +64,8 @@ def _collective(state):
     return text, "it had finished it and died between collectives"
 
 
-def death_report(returncode, state, rank, size, host, pid, command):
+def death_report(returncode: int, state: RankState | None, rank: int | None, size: int | None,
+                 host: str, pid: int, command: Sequence[str]) -> str:
     """Lines (a str) to print for a rank whose program ended with ``returncode`` (nonzero).
 
     ``state`` is the RankState from the rank-state file (None when the program made no
@@ -80,7 +88,8 @@ def death_report(returncode, state, rank, size, host, pid, command):
     return "\n".join(lines) + "\n"
 
 
-def later_death_note(returncode, rank, host, pid, first):
+def later_death_note(returncode: int, rank: int | None, host: str, pid: int,
+                     first: tuple[int | None, int | None]) -> str:
     """One line for a rank that died after ``first`` = ``(rank, code)`` had: most likely it
     lost its peer, and the first report says why."""
     who = "the program" if rank is None else f"rank {rank}"

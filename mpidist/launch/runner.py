@@ -8,6 +8,8 @@ else the launcher's: mpiexec's own is a race between the dead rank's code and th
 killed the others with.
 """
 
+from __future__ import annotations
+
 import argparse
 import os
 import shlex
@@ -15,6 +17,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
 from mpidist.launch.deaths import first_death
 from mpidist.launch.report import exit_code_of
@@ -34,13 +38,13 @@ OWN_OPTIONS = {"-n": True, "-np": True, "--nprocs": True, "--launcher": True, "-
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mpidist run", allow_abbrev=False, usage="mpidist run [-n N] [--launcher {auto,mpiexec,srun}] "
         "[--mpiexec PATH] [--dry-run] [LAUNCHER OPTIONS] -- PROGRAM [ARGS...]",
@@ -64,13 +68,13 @@ def build_parser():
     return parser
 
 
-def _positive_int(text):
+def _positive_int(text: str) -> int:
     if not text.strip().isdigit() or int(text) == 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of ranks")
     return int(text)
 
 
-def find_mpiexec():
+def find_mpiexec() -> str | None:
     """The mpiexec next to this interpreter (the mpich wheel's), else the first on PATH."""
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     if os.access(beside, os.X_OK):
@@ -78,7 +82,8 @@ def find_mpiexec():
     return shutil.which("mpiexec")
 
 
-def build_command(args, launcher_options, program, report_dir, environ=None):
+def build_command(args: argparse.Namespace, launcher_options: Sequence[str], program: Sequence[str],
+                  report_dir: str, environ: Mapping[str, str] | None = None) -> list[str]:
     """The launcher's argv for parsed ``args``; raises ValueError saying what is missing."""
     launcher = args.launcher
     if launcher == "auto":
@@ -109,7 +114,7 @@ def build_command(args, launcher_options, program, report_dir, environ=None):
     return [mpiexec, *count, *launcher_options, *guard]
 
 
-def split_arguments(argv):
+def split_arguments(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """``(own, launcher_options)``: the words before the ``--`` that are ``mpidist run``'s own
     options (:data:`OWN_OPTIONS`, matched exactly, never by prefix), and every other word, in
     order, for the launcher.
@@ -118,7 +123,8 @@ def split_arguments(argv):
     options apart (``-hosts`` as ``-h osts``, ``-nameserver`` as ``-n ameserver``) and
     completes prefixes (srun's ``--mpi=pmi2`` as ``--mpiexec=pmi2``).
     """
-    own, launcher_options = [], []
+    own: list[str] = []
+    launcher_options: list[str] = []
     words = iter(argv)
     for word in words:
         name = word.split("=", 1)[0] if word.startswith("--") else word
@@ -133,7 +139,7 @@ def split_arguments(argv):
     return own, launcher_options
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> int:
     """``mpidist run``: runs the launcher in place of this process (returns only on errors,
     or with ``--dry-run``)."""
     argv = list(argv)
