@@ -612,34 +612,6 @@ class TestAtomicWrite:
         assert events[3][1].startswith((".checkpoint.tmp-", unnamed))
         assert events[4:] == [("replace", "checkpoint"), ("fsync", d)]
 
-    @pytest.mark.parametrize("unnamed", [True, False], ids=["O_TMPFILE", "named-temporary"])
-    def test_a_writer_killed_midway_leaves_nothing_behind(self, tmp_path, unnamed):
-        """SIGKILL in the middle of a write (a time limit's KILL, scancel): with unnamed files
-        nothing is left; with named temporaries (filesystems without O_TMPFILE) the next write
-        there removes the dead writer's."""
-        from killed_midway import kill_when_it_says
-
-        target = tmp_path / "ck"
-        code = (
-            "import sys, time\n"
-            "from mpidist.training import checkpoint_format as f\n"
-            + ("" if unnamed else "f._open_unnamed = lambda directory: None\n")
-            + f"f._atomic_write({str(target)!r}, lambda out: (out.write(b'x' * 4096), "
-            "out.flush(), print('writing', flush=True), time.sleep(60)))\n")
-        kill_when_it_says(code, "writing")
-        left = sorted(p.name for p in tmp_path.iterdir())
-        if unnamed:
-            assert left == []
-            return
-        assert len(left) == 1 and left[0].startswith(".ck.tmp-"), left
-        file_format._open_unnamed, real = (lambda directory: None), file_format._open_unnamed
-        try:
-            file_format._atomic_write(str(target), lambda out: out.write(b"done"))
-        finally:
-            file_format._open_unnamed = real
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
-        assert target.read_bytes() == b"done"
-
     def test_file_mode_follows_umask(self, tmp_path):
         old = os.umask(0o022)
         try:

@@ -130,17 +130,3 @@ def test_saving_a_file_reader_writes_its_blocks_with_the_same_rows_as_element_by
         got = np.stack(list(in_order(str(tmp_path / name))))
         want = np.concatenate([rows[s::8] for s in range(8)])  # shard s: rows s, s + 8, ...
         assert np.array_equal(got, want), name
-
-
-def test_a_save_killed_midway_is_cleared_by_the_next_save_there(tmp_path):
-    from killed_midway import kill_when_it_says
-
-    code = ("import time\nimport numpy as np\nfrom mpidist.data import Dataset, TensorSpec\n"
-            "def rows():\n    yield np.int64(1)\n    print('saving', flush=True)\n"
-            "    time.sleep(60)\n    yield np.int64(2)\n"
-            "Dataset.from_generator(rows, output_signature=TensorSpec((), np.int64))"
-            f".save({str(tmp_path / 'd')!r})\n")
-    kill_when_it_says(code, "saving")
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".d.saving-")]
-    Dataset.range(2).save(str(tmp_path / "d"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
