@@ -21,15 +21,19 @@ pending values of an older one over the same objects, so restoring many checkpoi
 does not pile up values that nobody takes.
 """
 
+from __future__ import annotations
+
 import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 __all__ = ["PendingRestore", "restore_deferred"]
 
 _lock = threading.RLock()
-_active: list["PendingRestore"] = []  # records that still hold values, oldest first
+_active: list[PendingRestore] = []  # records that still hold values, oldest first
 
 
-def restore_deferred():
+def restore_deferred() -> None:
     """Assign the pending values of every active restore to the variables now reachable.
 
     Called where variables are created (the optimizer's slots). Costs nothing when no restore
@@ -39,7 +43,7 @@ def restore_deferred():
         return
     with _lock:
         records = list(_active)
-    errors = []
+    errors: list[ValueError] = []
     for record in records:
         try:
             record.apply()
@@ -49,7 +53,7 @@ def restore_deferred():
         raise errors[0]
 
 
-def _shape_text(arr_shape, dtype):
+def _shape_text(arr_shape: Iterable[int], dtype: Any) -> str:
     return f"shape {tuple(arr_shape)} dtype {dtype}"
 
 
@@ -68,12 +72,15 @@ class PendingRestore:
         taken: The variables ``restore()`` assigned (a variable takes one value only).
     """
 
-    def __init__(self, path, saved_keys, pending, restored, walk, assign, roots, taken):
+    def __init__(self, path: str, saved_keys: Iterable[str], pending: Mapping[str, Any],
+                 restored: Iterable[str], walk: Callable[[], Iterable[tuple[str, Any]]],
+                 assign: Callable[[Any, Any], None], roots: Iterable[object],
+                 taken: Iterable[object]) -> None:
         self.path = path
         self.saved_keys = frozenset(saved_keys)
         self.pending = dict(pending)
         self.restored = list(restored)
-        self.conflicts = {}  # key -> what did not fit
+        self.conflicts: dict[str, str] = {}  # key -> what did not fit
         self._walk = walk
         self._assign = assign
         self._roots = frozenset(id(r) for r in roots)
@@ -82,7 +89,7 @@ class PendingRestore:
         self.active = False
 
     # -- the registry -------------------------------------------------------------------------
-    def activate(self, previous=None):
+    def activate(self, previous: PendingRestore | None = None) -> None:
         """Start waiting for variables; drops ``previous`` (the same checkpoint's last restore)
         and any older record whose objects this restore covers."""
         with _lock:
@@ -93,14 +100,14 @@ class PendingRestore:
                 self.active = True
                 _active.append(self)
 
-    def _deactivate(self):
+    def _deactivate(self) -> None:
         with _lock:
             self.active = False
             if self in _active:
                 _active.remove(self)
 
     # -- restore points -----------------------------------------------------------------------
-    def apply(self, pairs=None):
+    def apply(self, pairs: Iterable[tuple[str, Any]] | None = None) -> None:
         """Assign pending values to the variables that have their keys now.
 
         ``pairs`` is the walk when the caller has it. Values that fit are assigned; then a
@@ -110,7 +117,8 @@ class PendingRestore:
             return
         if pairs is None:
             pairs = self._walk()
-        fits, misfits = [], []
+        fits: list[tuple[str, Any, Any]] = []
+        misfits: list[tuple[str, Any, Any]] = []
         for key, var in pairs:
             arr = self.pending.get(key)
             if arr is None:

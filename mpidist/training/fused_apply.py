@@ -10,8 +10,12 @@ whatever the number of variables; any other call takes the per-variable path, wh
 correct because the variables are views into the arenas.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -20,12 +24,13 @@ from mpidist.core.devices import parse_device
 from mpidist.values.arena import Arena, can_share_storage
 from mpidist.values.containers import DistributedValues
 from mpidist.values.distributed_variables import MirroredVariable
+from mpidist.types import Array
 from mpidist.values.variables import Variable
 
 __all__ = ["FusedPlan", "components_of", "grads_of_device", "grads_per_device"]
 
 
-def components_of(var):
+def components_of(var: object) -> tuple[Variable, ...] | None:
     """The plain per-device variables of ``var`` (itself when it is plain); None for any
     other kind (ON_READ copies may differ; subclasses may keep their value elsewhere)."""
     if type(var) is MirroredVariable:
@@ -42,35 +47,42 @@ class FusedPlan:
         num_devices: How many copies each variable has (one arena group per copy).
     """
 
-    def __init__(self, variables, slot_vars, slot_names):
+    def __init__(self, variables: Sequence[Any], slot_vars: Sequence[Mapping[str, Any]],
+                 slot_names: Sequence[str]) -> None:
         self.variables = variables  # held (ids in `key` must stay valid); the checked tuple
         self.key = tuple(id(v) for v in variables)
-        comps = [components_of(v) for v in variables]
+        # build() made sure none is None
+        comps: list[Any] = [components_of(v) for v in variables]
         self.num_devices = len(comps[0])
         self.devices = [parse_device(c.device) for c in comps[0]]
-        self.params, self.slots, self.grads = [], [], []
+        self.params: list[Array] = []
+        self.slots: list[list[Array]] = []
+        self.grads: list[Array] = []
         for i in range(self.num_devices):
             params = Arena([c[i] for c in comps])
             self.params.append(params.flat)
-            self.slots.append([Arena([components_of(s[name])[i] for s in slot_vars]).flat
+            self.slots.append([Arena([components_of(s[name])[i]  # type: ignore[index]  # see build()
+                                      for s in slot_vars]).flat
                                for name in slot_names])
             self.grads.append(params.empty_like())
         self.layout = params.layout
         self.dtype = self.params[0].dtype
-        self._accepted = {False: None, True: None}  # exact_dtype -> signature that passed
+        self._accepted: dict[bool, object] = {False: None, True: None}  # exact_dtype -> signature that passed
 
     @classmethod
-    def build(cls, variables, slot_vars, slot_names):
+    def build(cls, variables: Sequence[Any], slot_vars: Sequence[Mapping[str, Any]],
+              slot_names: Sequence[str]) -> FusedPlan | None:
         """A plan for ``variables`` (with ``slot_vars[k][name]`` the slots of the k-th), or
         None where they cannot all move into arenas (they then stay where they are)."""
-        comps = [components_of(v) for v in variables]
+        # Any: tuples once the test below has passed (mypy cannot narrow through any())
+        comps: list[Any] = [components_of(v) for v in variables]
         if not comps or any(c is None or len(c) != len(comps[0]) for c in comps):
             return None
         groups = []
         for i in range(len(comps[0])):
             groups.append([c[i] for c in comps])
             for name in slot_names:
-                slot_comps = [components_of(s[name]) for s in slot_vars]
+                slot_comps: list[Any] = [components_of(s[name]) for s in slot_vars]
                 if any(c is None or len(c) != len(comps[0]) for c in slot_comps):
                     return None
                 groups.append([c[i] for c in slot_comps])
@@ -81,7 +93,8 @@ class FusedPlan:
             return None
         return cls(variables, slot_vars, slot_names)
 
-    def pack(self, index, grads, exact_dtype, signature=None):
+    def pack(self, index: int, grads: Sequence[Array], exact_dtype: bool,
+             signature: object = None) -> bool:
         """Copy the gradients of device ``index`` end to end into its gradient buffer; False
         (nothing else touched) when one is not an array of the buffer's kind, or, with
         ``exact_dtype``, not of its dtype (a reduction must run in the gradients' own dtype).
@@ -107,7 +120,7 @@ class FusedPlan:
                                                casting="unsafe")
         return True
 
-    def update(self, index, fused_update, lr, step):
+    def update(self, index: int, fused_update: Callable[..., None], lr: Any, step: Any) -> None:
         """Run the optimizer's fused kernel over device ``index``'s arenas."""
         device = self.devices[index]
         if device.is_gpu:
@@ -117,12 +130,12 @@ class FusedPlan:
             fused_update(self.params[index], self.grads[index], self.slots[index], lr, step)
 
 
-def grads_of_device(grads, index):
+def grads_of_device(grads: Sequence[Any], index: int) -> list[Any]:
     """Device ``index``'s gradients from the merged (cross-replica) gradient list."""
     return [g.values[index] if isinstance(g, DistributedValues) else g for g in grads]
 
 
-def grads_per_device(grads, num_devices):
+def grads_per_device(grads: Sequence[Any], num_devices: int) -> Sequence[Sequence[Any]]:
     """Every device's gradients (a list per device) from the merged gradient list: one C-level
     transposition when every gradient is distributed (the all-reduced case)."""
     if all(map(isinstance, grads, repeat(DistributedValues))):

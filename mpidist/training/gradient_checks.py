@@ -6,7 +6,11 @@ changes when a check fails. The checks are one pass over the pairs with cheap ty
 the hot path (arrays of the right dtype and shape) pays a few attribute reads per variable.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
 from operator import attrgetter, is_, itemgetter
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -15,21 +19,27 @@ from mpidist.core.messages import short_repr
 from mpidist.strategies.context import has_strategy
 from mpidist.values.containers import DistributedValues
 from mpidist.values.distributed_variables import is_distributed_variable
+from mpidist.types import Array
 from mpidist.values.variables import Variable
+
+if TYPE_CHECKING:
+    from mpidist.strategies.strategy import Strategy
 
 __all__ = ["checked_pairs", "GradientChecks"]
 
 # Gradient dtypes a real variable accepts: they are cast to the variable's dtype.
 _REAL_KINDS = frozenset("iuf")
+# The gradients' (types, shapes, dtypes), as GradientChecks remembers them.
+Signature: TypeAlias = tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]
 
 
 
-def _describe_owner(var):
+def _describe_owner(var: Variable) -> str:
     owner = var.distribute_strategy
     return "outside any strategy scope" if owner is None else f"in the scope of {owner}"
 
 
-def _as_gradient(g, index, var):
+def _as_gradient(g: Any, index: int, var: Variable) -> Array:
     """``g`` as an array (NumPy or CuPy arrays pass through untouched)."""
     if traced_kind(g) is not None:  # captured inside a loss function: it has no value here
         raise traced_error(g, f"apply_gradients (pair {index}, variable {var.name!r})",
@@ -54,7 +64,7 @@ def _as_gradient(g, index, var):
         ) from None
 
 
-def _check_name(name):
+def _check_name(name: object) -> None:
     if name is None or isinstance(name, str):
         return
     if isinstance(name, (list, tuple)) or hasattr(name, "__iter__"):
@@ -67,7 +77,8 @@ def _check_name(name):
     raise TypeError(f"apply_gradients: `name` must be a string or None, got {short_repr(name)}.")
 
 
-def checked_pairs(grads_and_vars, name, strategy):
+def checked_pairs(grads_and_vars: Iterable[Any], name: object, strategy: Strategy
+                  ) -> list[tuple[Array, Variable]]:
     """The ``(gradient array, variable)`` pairs with a gradient, checked against ``strategy``
     (the strategy apply_gradients runs under).
 
@@ -86,8 +97,8 @@ def checked_pairs(grads_and_vars, name, strategy):
             "zip(gradients, variables)."
         )
     extended = strategy.extended
-    pairs = []
-    seen = {}
+    pairs: list[tuple[Array, Variable]] = []
+    seen: dict[int, int] = {}
     for index, item in enumerate(grads_and_vars):
         if type(item) is not tuple and not isinstance(item, (tuple, list)) or len(item) != 2:
             raise ValueError(
@@ -166,12 +177,13 @@ class GradientChecks:
 
     __slots__ = ("_memo",)
 
-    def __init__(self):
+    def __init__(self) -> None:
         # (strategy, variables, (types, shapes, dtypes) of the gradients); the signature tuple
         # is a new object whenever the full checks ran (see ``check``).
-        self._memo = (None, (), ((), (), ()))
+        self._memo: tuple[Any, tuple[Variable, ...], Signature] = (None, (), ((), (), ()))
 
-    def check(self, grads_and_vars, name, strategy):
+    def check(self, grads_and_vars: Iterable[Any], name: object, strategy: Strategy
+              ) -> tuple[list[Array], tuple[Variable, ...], Signature]:
         """``(gradients, variables, signature)``: the gradient arrays (a list), the variables
         they update (a tuple; the same tuple object as last time when nothing changed) and the
         gradients' ``(types, shapes, dtypes)`` (the same object as long as the calls repeat, so
@@ -180,7 +192,9 @@ class GradientChecks:
         kind = type(grads_and_vars)
         if kind is not list and kind is not zip:
             return self._full(grads_and_vars, name, strategy)
-        items = grads_and_vars if kind is list else list(grads_and_vars)
+        # a list when ``kind is list`` (mypy cannot narrow through type())
+        items: list[Any] = grads_and_vars if kind is list else list(  # type: ignore[assignment]
+            grads_and_vars)
         memo = self._memo
         known, variables, signature = memo
         if strategy is known and len(items) == len(variables) and items \
@@ -196,7 +210,7 @@ class GradientChecks:
         return self._full(items, name, strategy)
 
     @staticmethod
-    def _pairs_repeat(items, from_zip, variables):
+    def _pairs_repeat(items: Sequence[Any], from_zip: bool, variables: Sequence[Variable]) -> bool:
         """Every item is a (gradient, variable) tuple with the remembered variable."""
         if from_zip:  # a zip yields tuples of one length: checking the first checks them all
             first = items[0]
@@ -206,7 +220,8 @@ class GradientChecks:
             return False
         return all(map(is_, map(_second, items), variables))
 
-    def _full(self, grads_and_vars, name, strategy):
+    def _full(self, grads_and_vars: Iterable[Any], name: object, strategy: Strategy
+              ) -> tuple[list[Array], tuple[Variable, ...], Signature]:
         pairs = checked_pairs(grads_and_vars, name, strategy)
         grads = [g for g, _ in pairs]
         variables = tuple(v for _, v in pairs)

@@ -4,8 +4,12 @@ Replicas' gradients are *summed* across replicas, so each replica's loss must be
 global mean: the sum of its per-example losses divided by the GLOBAL batch size.
 """
 
+from __future__ import annotations
+
 import numbers
 import warnings
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -14,14 +18,14 @@ from mpidist.backend.traced import namespace_of
 from mpidist.core.messages import short_repr
 from mpidist.errors import InvalidArgumentError
 from mpidist.strategies.context import get_strategy, has_strategy, in_cross_replica_context
-from mpidist.types import ReduceOp
+from mpidist.types import Array, ReduceOp
 from mpidist.values.containers import DistributedValues
 
 __all__ = ["compute_average_loss", "scale_regularization_loss", "get_loss_reduction",
            "match_label_shapes", "check_per_example"]
 
 
-def check_per_example(per_example, y, source):
+def check_per_example(per_example: Array, y: Array, source: str) -> None:
     """ValueError unless ``per_example`` (the losses a model's ``source`` returned for labels
     ``y``) has one row per example: another count, or an ``(N, N)`` block from ``(N,)`` or
     ``(N, 1)`` labels (predictions ``(N, 1)`` minus labels ``(N,)`` broadcast to every pair),
@@ -46,7 +50,9 @@ def check_per_example(per_example, y, source):
             "y.reshape(-1, 1)).")
 
 
-def match_label_shapes(y_true, y_pred, where, shown_pred_shape=None, note=""):
+def match_label_shapes(y_true: Array, y_pred: Array, where: str,
+                       shown_pred_shape: Sequence[int] | None = None, note: str = ""
+                       ) -> tuple[Array, Array]:
     """``(y_true, y_pred)`` with the same shape, or a ValueError naming both shapes.
 
     As Keras' ``squeeze_or_expand_to_same_rank``, a trailing dimension of 1 on the side with
@@ -72,7 +78,7 @@ def match_label_shapes(y_true, y_pred, where, shown_pred_shape=None, note=""):
     return t, p
 
 
-def _broadcast_note(a, b):
+def _broadcast_note(a: Sequence[int], b: Sequence[int]) -> str:
     try:
         joint = np.broadcast_shapes(tuple(a), tuple(b))
     except ValueError:
@@ -80,7 +86,7 @@ def _broadcast_note(a, b):
     return f" (NumPy would broadcast them to {joint} and compare every pair)"
 
 
-def _as_loss_array(per_example_loss, what="per_example_loss"):
+def _as_loss_array(per_example_loss: Any, what: str = "per_example_loss") -> tuple[Any, Array]:
     if isinstance(per_example_loss, DistributedValues):
         raise TypeError(
             f"{what} is a {type(per_example_loss).__name__}: compute the loss inside "
@@ -107,7 +113,7 @@ def _as_loss_array(per_example_loss, what="per_example_loss"):
 
 
 
-def _weights_like(xp, weights, loss):
+def _weights_like(xp: Any, weights: Any, loss: Array) -> Array:
     """``sample_weight`` shaped to multiply ``loss``: per-example weights gain trailing axes, a
     trailing axis of 1 is squeezed, scalars broadcast."""
     w = xp.asarray(weights)
@@ -134,7 +140,8 @@ def _weights_like(xp, weights, loss):
     return w
 
 
-def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size=None):
+def compute_average_loss(per_example_loss: Array, sample_weight: Any = None,
+                         global_batch_size: Any = None) -> Array:
     """This replica's share of the global mean loss: ``sum(per_example_loss * sample_weight) /
     global_batch_size``.
 
@@ -179,7 +186,7 @@ def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size
     return (total / loss.dtype.type(global_batch_size)).astype(loss.dtype)
 
 
-def _check_rows_fit(rows, global_batch_size):
+def _check_rows_fit(rows: int, global_batch_size: int) -> None:
     """A ``global_batch_size`` smaller than the rows one replica received is surely wrong (the
     loss would no longer be a mean: each example would weigh more than 1/N); more rows than an
     even share of it, under several replicas, is most likely the per-replica batch size given
@@ -205,7 +212,7 @@ def _check_rows_fit(rows, global_batch_size):
             f"{rows * replicas}).", RuntimeWarning, stacklevel=3)
 
 
-def scale_regularization_loss(regularization_loss):
+def scale_regularization_loss(regularization_loss: Array) -> Array:
     """This replica's share of a regularization loss: ``sum(loss) / num_replicas_in_sync``, so
     that the sum over replicas counts it once."""
     if has_strategy() and in_cross_replica_context():
@@ -216,7 +223,7 @@ def scale_regularization_loss(regularization_loss):
     return (xp.sum(loss) / loss.dtype.type(get_strategy().num_replicas_in_sync)).astype(loss.dtype)
 
 
-def get_loss_reduction():
+def get_loss_reduction() -> ReduceOp:
     """How replicas' losses combine: always ``ReduceOp.SUM`` (TF2 semantics: each replica's loss
     is already scaled by the global batch size)."""
     return ReduceOp.SUM

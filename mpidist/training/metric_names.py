@@ -2,9 +2,14 @@
 ``"mse"``, ``"mae"``, ``"sparse_categorical_accuracy"``, ...), and the two regression metrics
 those names need (``MeanSquaredError``, ``MeanAbsoluteError``: Keras' names)."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from mpidist.backend import array_module, as_array
 from mpidist.training.losses import match_label_shapes
 from mpidist.training.metrics import Accuracy, Mean, Metric, SparseCategoricalAccuracy
+from mpidist.types import Array
 
 __all__ = ["MeanSquaredError", "MeanAbsoluteError", "metric_from", "METRIC_NAMES"]
 
@@ -13,7 +18,9 @@ class _MeanError(Mean):
     """The (weighted) mean over examples of a per-example error averaged over the last axis
     (Keras: ``mean(error, axis=-1)``); labels and predictions may differ by a trailing 1."""
 
-    def update_state(self, y_true, y_pred, sample_weight=None):
+    # Keras' signature for a metric of labels and predictions, over Mean's of values.
+    def update_state(self, y_true: Any, y_pred: Any,  # type: ignore[override]
+                     sample_weight: Any = None) -> None:
         t, p = as_array(y_true), as_array(y_pred)
         t, p = match_label_shapes(t, p, f"Metric {self.name!r}")
         xp = array_module(p)
@@ -23,23 +30,23 @@ class _MeanError(Mean):
             error = error.mean(axis=-1)
         super().update_state(error, sample_weight=sample_weight)
 
-    def _error(self, xp, diff):
+    def _error(self, xp: Any, diff: Array) -> Array:
         raise NotImplementedError
 
 
 class MeanSquaredError(_MeanError):
-    def __init__(self, name="mean_squared_error", dtype=None):
+    def __init__(self, name: str = "mean_squared_error", dtype: Any = None) -> None:
         super().__init__(name=name, dtype=dtype)
 
-    def _error(self, xp, diff):
+    def _error(self, xp: Any, diff: Array) -> Array:
         return diff * diff
 
 
 class MeanAbsoluteError(_MeanError):
-    def __init__(self, name="mean_absolute_error", dtype=None):
+    def __init__(self, name: str = "mean_absolute_error", dtype: Any = None) -> None:
         super().__init__(name=name, dtype=dtype)
 
-    def _error(self, xp, diff):
+    def _error(self, xp: Any, diff: Array) -> Array:
         return xp.abs(diff)
 
 
@@ -54,7 +61,7 @@ METRIC_NAMES = {
 }
 
 
-def metric_from(metric, where):
+def metric_from(metric: Metric | str, where: str) -> Metric:
     """A metric object for ``metric`` (an object or a name from ``METRIC_NAMES``); call it
     in the strategy's scope (a new metric creates its variables there)."""
     if isinstance(metric, Metric):

@@ -10,9 +10,12 @@ with the library's error as ``__cause__``. ``unused_warning`` is the warning for
 loss never used (their gradient is exactly zero).
 """
 
+from __future__ import annotations
+
 import os
 import re
 import traceback
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -118,7 +121,7 @@ _RULES = [
 ]
 
 
-def explain(err, backend):
+def explain(err: BaseException, backend: str) -> TracedValueError | None:
     """The TracedValueError that explains ``err`` (raised by the loss while ``backend``
     traced it), or None when ``err`` is not one of the families above (the user's own bug,
     or an mpidist error that already says what to do)."""
@@ -141,7 +144,7 @@ def explain(err, backend):
         f"({type(err).__name__}: {first[:300]})")
 
 
-def unused_message(unused_names, read_directly):
+def unused_message(unused_names: Iterable[str], read_directly: Iterable[str]) -> str:
     """The UnusedVariableWarning's text: ``unused_names`` have exactly-zero gradients because
     the loss does not depend on them; ``read_directly`` (a subset, or other differentiated
     variables) were read as values inside the loss instead of through ``params``."""
@@ -162,7 +165,7 @@ def unused_message(unused_names, read_directly):
     return "value_and_grad: " + "; ".join(parts) + "."
 
 
-def _names(names):
+def _names(names: Iterable[str]) -> str:
     return ", ".join(repr(n) for n in names)
 
 
@@ -170,13 +173,13 @@ _MPIDIST_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 _LIBRARIES = (os.path.dirname(np.__file__) + os.sep, _MPIDIST_DIR)
 
 
-def _raised_by_mpidist(err):
+def _raised_by_mpidist(err: BaseException) -> bool:
     """Whether mpidist's own code raised ``err`` (its messages already say what to do)."""
     frames = traceback.extract_tb(err.__traceback__)
     return bool(frames) and frames[-1].filename.startswith(_MPIDIST_DIR)
 
 
-def _where(err):
+def _where(err: BaseException) -> str:
     """`` at file:line (code)`` of the innermost frame of user code in ``err``'s traceback."""
     frames = traceback.extract_tb(err.__traceback__)
     for frame in reversed(frames):
