@@ -7,6 +7,8 @@ Reading checks every member's header and size against the manifest, accepts only
 integer / float / complex dtypes and verifies every checksum before returning anything.
 """
 
+from __future__ import annotations
+
 import collections
 import contextlib
 import difflib
@@ -18,6 +20,8 @@ import re
 import secrets
 import socket
 import zipfile
+from collections.abc import Callable, Iterable, Sequence
+from typing import IO, Any
 
 import numpy as np
 
@@ -37,7 +41,7 @@ _DTYPE_STR = re.compile(r"[<>|=][biufc][0-9]{1,2}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def path_argument(value, name):
+def path_argument(value: object, name: str) -> str:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str):
@@ -50,12 +54,13 @@ def path_argument(value, name):
     return value
 
 
-def _digest(arr):
-    return hashlib.sha256(arr.reshape(-1).view(np.uint8)).hexdigest()
+def _digest(arr: np.ndarray[Any, Any]) -> str:
+    # numpy's stubs declare the buffer protocol for Python >= 3.12 only (mypy checks 3.11)
+    return hashlib.sha256(arr.reshape(-1).view(np.uint8)).hexdigest()  # type: ignore[arg-type]
 
 
 # -- Files --------------------------------------------------------------------------------------
-def _fsync_directory(directory):
+def _fsync_directory(directory: str) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -69,7 +74,7 @@ def _fsync_directory(directory):
         os.close(fd)
 
 
-def _atomic_write(path, write_fn):
+def _atomic_write(path: str, write_fn: Callable[[IO[bytes]], object]) -> None:
     """Write ``path`` through ``write_fn(file)`` so that it appears complete or not at all.
 
     The data goes to an unnamed file in the same directory (Linux ``O_TMPFILE``), which is
@@ -84,7 +89,7 @@ def _atomic_write(path, write_fn):
         os.makedirs(directory, exist_ok=True)
         fd = _open_unnamed(directory)
         named = fd is None
-        if named:
+        if fd is None:  # `named`, said so that mypy narrows fd
             _remove_dead_writers_temporaries(directory, prefix)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as exc:
@@ -111,7 +116,7 @@ def _atomic_write(path, write_fn):
     _fsync_directory(directory)
 
 
-def _open_unnamed(directory):
+def _open_unnamed(directory: str) -> int | None:
     """An unnamed file in ``directory`` open for writing, or None where the platform or the
     filesystem has none (not Linux, NFS, ...)."""
     flag = getattr(os, "O_TMPFILE", None)
@@ -125,7 +130,7 @@ def _open_unnamed(directory):
         raise
 
 
-def _name_unnamed(fd, path):
+def _name_unnamed(fd: int, path: str) -> None:
     """Give the unnamed file ``fd`` the name ``path``: linkat(AT_SYMLINK_FOLLOW) through
     /proc/self/fd (a plain link(2) would link the /proc entry itself and fail with EXDEV)."""
     proc = os.open("/proc/self/fd", os.O_RDONLY)
@@ -135,7 +140,7 @@ def _name_unnamed(fd, path):
         os.close(proc)
 
 
-def _remove_dead_writers_temporaries(directory, prefix):
+def _remove_dead_writers_temporaries(directory: str, prefix: str) -> None:
     """Named temporaries of this file that writers on this host left when they were killed."""
     for name in os.listdir(directory):
         if not name.startswith(prefix):
@@ -146,21 +151,22 @@ def _remove_dead_writers_temporaries(directory, prefix):
                 os.unlink(os.path.join(directory, name))
 
 
-def _write_member(zf, name, arr):
+def _write_member(zf: zipfile.ZipFile, name: str, arr: np.ndarray[Any, Any]) -> None:
     with zf.open(name, "w", force_zip64=True) as fh:
         np.lib.format.write_array(fh, arr, allow_pickle=False)
 
 
-def write_checkpoint_file(path, entries, save_counter):
+def write_checkpoint_file(path: str, entries: Sequence[tuple[str, np.ndarray[Any, Any]]],
+                          save_counter: int) -> None:
     """``entries``: ``[(key, contiguous host array)]``."""
-    manifest = {"format": FORMAT_NAME, "version": FORMAT_VERSION,
+    manifest: dict[str, Any] = {"format": FORMAT_NAME, "version": FORMAT_VERSION,
                 "save_counter": int(save_counter), "entries": []}
     for i, (key, arr) in enumerate(entries):
         manifest["entries"].append({"key": key, "member": f"t{i}.npy", "dtype": arr.dtype.str,
                                     "shape": list(arr.shape), "sha256": _digest(arr)})
     manifest_bytes = np.frombuffer(json.dumps(manifest).encode("utf-8"), dtype=np.uint8)
 
-    def write(f):
+    def write(f: IO[bytes]) -> None:
         with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             _write_member(zf, _MANIFEST_MEMBER, manifest_bytes)
             for entry, (_, arr) in zip(manifest["entries"], entries):
@@ -173,8 +179,8 @@ class _Corrupt(Exception):
     """What is wrong inside a checkpoint file (turned into InvalidArgumentError)."""
 
 
-def _readinto(fh, arr):
-    view = memoryview(arr.reshape(-1).view(np.uint8))
+def _readinto(fh: Any, arr: np.ndarray[Any, Any]) -> None:  # fh: a zipfile.ZipExtFile
+    view = memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # as in _digest
     pos = 0
     while pos < len(view):
         n = fh.readinto(view[pos:])
@@ -183,7 +189,8 @@ def _readinto(fh, arr):
         pos += n
 
 
-def _read_member(zf, name, dtype, shape=None):
+def _read_member(zf: zipfile.ZipFile, name: str, dtype: np.dtype[Any],
+                 shape: tuple[int, ...] | None = None) -> np.ndarray[Any, Any]:
     """The array of ``.npy`` member ``name``; its header must say ``dtype`` (and ``shape``)."""
     try:
         info = zf.getinfo(name)
@@ -216,7 +223,7 @@ def _read_member(zf, name, dtype, shape=None):
     return arr
 
 
-def _parse_manifest(raw):
+def _parse_manifest(raw: np.ndarray[Any, Any]) -> dict[str, Any]:
     try:
         manifest = json.loads(raw.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -226,7 +233,7 @@ def _parse_manifest(raw):
     return manifest
 
 
-def _check_version(path, manifest):
+def _check_version(path: str, manifest: dict[str, Any]) -> None:
     version = manifest.get("version")
     if version != FORMAT_VERSION:
         newer = isinstance(version, int) and not isinstance(version, bool) \
@@ -239,9 +246,12 @@ def _check_version(path, manifest):
         )
 
 
-def _entries(manifest):
+def _entries(manifest: dict[str, Any]
+             ) -> list[tuple[str, str, np.dtype[Any], tuple[int, ...], str]]:
     """``[(key, member, dtype, shape, sha256)]`` from the manifest, each field checked."""
-    checked, keys, members = [], set(), set()
+    checked: list[tuple[str, str, np.dtype[Any], tuple[int, ...], str]] = []
+    keys: set[str] = set()
+    members: set[str] = set()
     for entry in manifest["entries"]:
         key, member, dtype, sha = entry["key"], entry["member"], entry["dtype"], entry["sha256"]
         shape = tuple(entry["shape"])
@@ -258,7 +268,7 @@ def _entries(manifest):
     return checked
 
 
-def _nearby(path):
+def _nearby(path: str) -> str:
     """What the directory of a missing ``path`` holds that the user may have meant."""
     directory = os.path.dirname(path) or os.curdir
     if not os.path.isdir(directory):
@@ -278,7 +288,7 @@ def _nearby(path):
     return f" Files in {directory!r} with similar names: {', '.join(map(repr, close[:5]))}.{hint}"
 
 
-def read_checkpoint_file(path):
+def read_checkpoint_file(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray[Any, Any]]]:
     """``(manifest, {key: array})`` of the checkpoint at ``path``, every checksum verified."""
     if os.path.isdir(path):
         raise IsADirectoryError(
@@ -296,7 +306,7 @@ def read_checkpoint_file(path):
         with f, zipfile.ZipFile(f) as zf:
             manifest = _parse_manifest(_read_member(zf, _MANIFEST_MEMBER, np.dtype(np.uint8)))
             _check_version(path, manifest)
-            arrays = {}
+            arrays: dict[str, np.ndarray[Any, Any]] = {}
             for key, member, dtype, shape, sha in _entries(manifest):
                 arr = _read_member(zf, member, dtype, shape)
                 if _digest(arr) != sha:
@@ -314,17 +324,18 @@ def read_checkpoint_file(path):
 
 
 # -- The state file (TF's "checkpoint" file) ----------------------------------------------------
-def _state_path(directory):
+def _state_path(directory: str) -> str:
     return os.path.join(directory, STATE_FILENAME)
 
 
-def _relative(directory, path):
+def _relative(directory: str, path: str) -> str:
     if os.path.dirname(os.path.abspath(path)) == os.path.abspath(directory):
         return os.path.basename(path)
     return os.path.abspath(path)
 
 
-def write_state(directory, latest, paths, timestamps):
+def write_state(directory: str, latest: str | None, paths: Iterable[str],
+                timestamps: Iterable[float]) -> None:
     doc = {"format": STATE_FORMAT, "version": 1,
            "latest_checkpoint": None if latest is None else _relative(directory, latest),
            "all_checkpoints": [_relative(directory, p) for p in paths],
@@ -336,7 +347,7 @@ def write_state(directory, latest, paths, timestamps):
 _State = collections.namedtuple("_State", ["latest", "paths", "timestamps"])
 
 
-def read_state(directory):
+def read_state(directory: str) -> _State | None:
     """The directory's state (paths joined onto ``directory``), or None without a state file."""
     path = _state_path(directory)
     try:
@@ -364,7 +375,7 @@ def read_state(directory):
                   [os.path.join(directory, n) for n in names], stamps)
 
 
-def latest_checkpoint(checkpoint_dir):
+def latest_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> str | None:
     """The path of the newest checkpoint recorded in ``checkpoint_dir``'s state file, or None
     when there is none (no directory, no state file, or its latest file is gone)."""
     checkpoint_dir = path_argument(checkpoint_dir, "checkpoint_dir")

@@ -5,12 +5,20 @@ Every method is a restore point: it first assigns pending values to the variable
 appeared since, then checks.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from mpidist.training.deferred_restore import PendingRestore
+
 __all__ = ["CheckpointLoadStatus", "InitializationOnlyStatus", "SAVE_COUNTER_KEY"]
 
 SAVE_COUNTER_KEY = "save_counter"
 
 
-def _listing(keys, limit=10):
+def _listing(keys: Iterable[str], limit: int = 10) -> str:
     keys = list(keys)
     shown = ", ".join(repr(k) for k in keys[:limit])
     return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
@@ -25,28 +33,29 @@ class CheckpointLoadStatus:
     variables reachable now that the file has no value for (they keep their values).
     """
 
-    def __init__(self, record, walk):
+    def __init__(self, record: PendingRestore,
+                 walk: Callable[[], Iterable[tuple[str, Any]]]) -> None:
         self._record = record
         self._walk = walk
 
     @property
-    def path(self):
+    def path(self) -> str:
         return self._record.path
 
     @property
-    def restored(self):
+    def restored(self) -> tuple[str, ...]:
         return tuple(self._record.restored)
 
     @property
-    def unused(self):
+    def unused(self) -> tuple[str, ...]:
         return tuple(self._record.pending)
 
     @property
-    def unmatched(self):
+    def unmatched(self) -> tuple[str, ...]:
         saved = self._record.saved_keys
         return tuple(key for key, _ in self._walk() if key not in saved)
 
-    def run_restore_ops(self, session=None):
+    def run_restore_ops(self, session: object = None) -> None:
         """Assign the values still pending to the variables that have their keys now (TF's
         name; in TF eager mode assignment already did it). Call it after attaching objects
         created after ``restore()`` if you use them before the next restore point."""
@@ -55,9 +64,9 @@ class CheckpointLoadStatus:
                             f"{session!r}; call run_restore_ops().")
         self._record.apply()
 
-    def _problems(self, pending=True, unmatched=True):
+    def _problems(self, pending: bool = True, unmatched: bool = True) -> list[str]:
         self._record.apply()
-        problems = []
+        problems: list[str] = []
         if pending and self._record.pending:
             problems.append(
                 "values in the checkpoint that no variable has taken yet: "
@@ -73,7 +82,7 @@ class CheckpointLoadStatus:
                             f"values): {_listing(missing)}")
         return problems
 
-    def assert_consumed(self):
+    def assert_consumed(self) -> CheckpointLoadStatus:
         """Raise AssertionError unless every saved value has gone into a variable and every
         reachable variable got a value. Returns self."""
         problems = self._problems()
@@ -85,7 +94,7 @@ class CheckpointLoadStatus:
             )
         return self
 
-    def assert_existing_objects_matched(self):
+    def assert_existing_objects_matched(self) -> CheckpointLoadStatus:
         """Raise AssertionError if a reachable variable got no value, or did not fit the value
         saved for it (values waiting for variables not created yet are fine). Returns self."""
         problems = self._problems(pending=False)
@@ -97,7 +106,7 @@ class CheckpointLoadStatus:
             )
         return self
 
-    def assert_nontrivial_match(self):
+    def assert_nontrivial_match(self) -> CheckpointLoadStatus:
         """Raise AssertionError if nothing but the save counter was restored. Returns self."""
         self._record.apply()
         if not any(k != SAVE_COUNTER_KEY for k in self._record.restored):
@@ -108,13 +117,13 @@ class CheckpointLoadStatus:
             )
         return self
 
-    def expect_partial(self):
+    def expect_partial(self) -> CheckpointLoadStatus:
         """Mark a partial restore as intended (TF silences warnings); returns self. Values
         still pending keep waiting for their variables, as in TF."""
         self._record.apply()
         return self
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<CheckpointLoadStatus {self.path!r}: {len(self._record.restored)} restored, "
                 f"{len(self._record.pending)} pending>")
 
@@ -122,10 +131,12 @@ class CheckpointLoadStatus:
 class InitializationOnlyStatus:
     """The status of ``restore(None)``: nothing was restored, and every assertion says so."""
 
-    path = None
-    restored = unmatched = unused = ()
+    path: str | None = None
+    restored: tuple[str, ...] = ()
+    unmatched: tuple[str, ...] = ()
+    unused: tuple[str, ...] = ()
 
-    def assert_consumed(self):
+    def assert_consumed(self) -> NoReturn:
         raise AssertionError(
             "No checkpoint specified (save_path=None); nothing is being restored. Pass a "
             "checkpoint's path, e.g. mpidist.train.latest_checkpoint(directory), and check "
@@ -133,8 +144,8 @@ class InitializationOnlyStatus:
 
     assert_existing_objects_matched = assert_nontrivial_match = assert_consumed
 
-    def run_restore_ops(self, session=None):
+    def run_restore_ops(self, session: object = None) -> None:
         return None
 
-    def expect_partial(self):
+    def expect_partial(self) -> InitializationOnlyStatus:
         return self
