@@ -73,6 +73,7 @@ class PSClient:
         self.closure = 0
         self._posted = threading.local()    # per thread: ps ranks with posted, unfenced ops
         self._servers_shut_down = False
+        self._server_names: dict[int, str] = {}  # ps rank -> how a wait's report names it
 
     # -- requests -----------------------------------------------------------------------------
     def send(self, ps_rank: int, op: int, var_id: int, params: tuple = (), ids: Any = None,
@@ -101,7 +102,7 @@ class PSClient:
         for an empty reply); the server's error, rebuilt, when the operation failed. Waits at
         most ``MPIDIST_PS_TIMEOUT`` (header and payload together); past it UnavailableError."""
         transport = self.transport
-        on = f"parameter server {self.roles.describe(ps_rank)}"
+        on = self._server_names.get(ps_rank) or self._server_name(ps_rank)
         start = time.monotonic()
         try:
             _, _, buffer = transport.recv(DATA, ps_rank, tag, f"the reply to {what}", on,
@@ -121,6 +122,10 @@ class PSClient:
             return None
         out = np.frombuffer(data, dtype)
         return out.reshape(shape) if shape is not None else out
+
+    def _server_name(self, ps_rank: int) -> str:
+        name = self._server_names[ps_rank] = f"parameter server {self.roles.describe(ps_rank)}"
+        return name
 
     def request(self, ps_rank: int, op: int, var_id: int, params: tuple = (), ids: Any = None,
                 data: Any = None, extra: int = 0, dtype: Any = np.uint8, shape: Any = None,

@@ -196,7 +196,7 @@ class Dispatcher:
         use_client(self._runtime.client)  # results may hold variables of this rank
         # The chief's thread shares the cores with the workers: it does not spin. Two closures
         # in flight per worker hide the sleep (a worker has its next closure while one runs).
-        backoff = Backoff(spin_seconds=0.0)
+        backoff = Backoff(spin_seconds=0.0, quick_polls=0)
         while True:  # the job's lifetime: until shutdown
             with self._cond:
                 if self._stopping:
