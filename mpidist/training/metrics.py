@@ -8,8 +8,11 @@ every worker (one collective under MultiWorkerMirroredStrategy) and computes the
 host. Created outside any scope, the state is plain Variables and nothing is distributed.
 """
 
+from __future__ import annotations
+
 import re
 import warnings
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,23 +28,26 @@ from mpidist.values.containers import DistributedValues
 from mpidist.values.distributed_variables import is_distributed_variable
 from mpidist.values.variables import Variable
 
+if TYPE_CHECKING:
+    from mpidist.core.state import Mode
+
 __all__ = ["Accuracy", "Mean", "Metric", "SparseCategoricalAccuracy", "Sum"]
 
 
-def _snake_case(name):
+def _snake_case(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def _in_replica_context(mode):
+def _in_replica_context(mode: Mode) -> bool:
     """Whether ``mode`` is a replica context of a real (non-default) strategy."""
     return mode.replica_context is not None and not mode.is_default
 
 
-def _components(var):
+def _components(var: Any) -> tuple[Variable, ...]:
     return var.values if is_distributed_variable(var) else (var,)
 
 
-def _raw(x):
+def _raw(x: Any) -> Any:
     """A NumPy or CuPy array for ``x`` (Variables read as arrays: a distributed one as the
     current replica's copy, or its aggregate in cross-replica context)."""
     if isinstance(x, Variable):
@@ -49,7 +55,7 @@ def _raw(x):
     return x
 
 
-def _as_arrays(*values):
+def _as_arrays(*values: Any) -> tuple[Any, list[Any]]:
     """The non-None ``values`` as arrays of one module (CuPy if any of them is CuPy)."""
     raw = [_raw(v) for v in values]
     xp = np
@@ -57,7 +63,7 @@ def _as_arrays(*values):
         if v is not None and array_module(v) is not np:
             xp = array_module(v)
             break
-    converted = []
+    converted: list[Any] = []
     for v in raw:
         if isinstance(v, DistributedValues):
             raise TypeError(
@@ -74,7 +80,8 @@ def _as_arrays(*values):
 
 
 
-def _check_input(metric, what, given, arr, kinds="biuf", required=False):
+def _check_input(metric: Metric, what: str, given: Any, arr: Any, kinds: str = "biuf",
+                 required: bool = False) -> None:
     """TypeError unless ``arr`` (converted from ``given``) has a dtype kind in ``kinds``."""
     if arr is None and required or arr is not None and arr.dtype.kind not in kinds:
         raise TypeError(
@@ -83,7 +90,7 @@ def _check_input(metric, what, given, arr, kinds="biuf", required=False):
         )
 
 
-def _check_class_labels(metric, xp, labels, classes):
+def _check_class_labels(metric: Metric, xp: Any, labels: Any, classes: int) -> None:
     """ValueError unless ``labels`` are class indices in ``[0, classes)``: a fraction or an
     index out of range (1-based labels, say) never equals a predicted class, a silently low
     accuracy."""
@@ -100,7 +107,7 @@ def _check_class_labels(metric, xp, labels, classes):
             "for other comparisons).")
 
 
-def _squeeze_last(x):
+def _squeeze_last(x: Any) -> Any:
     return x.reshape(x.shape[:-1])
 
 
@@ -130,7 +137,7 @@ class Metric:
     """
 
     @accepts(dtype=DType | None)  # name: the body's message (the mistakes corpus asserts it)
-    def __init__(self, name=None, dtype=None):
+    def __init__(self, name: Any = None, dtype: Any = None) -> None:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"A metric's name must be a string, got {name!r}.")
         self._name = name if name is not None else _snake_case(type(self).__name__)
@@ -139,32 +146,32 @@ class Metric:
             raise TypeError(
                 f"Metric {self._name!r} needs a numeric dtype for its state, got "
                 f"{self._dtype}; use e.g. dtype=np.float64.")
-        self._state = {}
+        self._state: dict[str, Variable] = {}
 
     # -- identity ------------------------------------------------------------------------
     @property
-    def name(self):
+    def name(self) -> str:
         return self._name
 
     @property
-    def dtype(self):
+    def dtype(self) -> np.dtype[Any]:
         return self._dtype
 
     @property
-    def variables(self):
+    def variables(self) -> list[Variable]:
         """The state variables, in creation order."""
         return list(self._state.values())
 
-    def _checkpoint_dependencies(self):
+    def _checkpoint_dependencies(self) -> dict[str, Variable]:
         """``{state name: variable}``: what a checkpoint saves for this metric."""
         return dict(self._state)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<mpidist.metrics.{type(self).__name__} name={self._name!r} dtype={self._dtype}>"
 
     # -- state ---------------------------------------------------------------------------
     @accepts(name=str, dtype=DType | None)
-    def add_weight(self, name, shape=(), dtype=None):
+    def add_weight(self, name: Any, shape: Any = (), dtype: Any = None) -> Variable:
         """Create a state variable of zeros (ON_READ, SUM, not trainable) in the current
         strategy. Under MultiWorkerMirroredStrategy this is collective: every rank creates
         the same metrics in the same order."""
@@ -177,7 +184,7 @@ class Metric:
         self._state[name] = var
         return var
 
-    def _check_context(self, mode, what):
+    def _check_context(self, mode: Mode, what: str) -> None:
         """Raise unless the state variables can be used in ``mode``."""
         for var in self._state.values():
             owner = var.distribute_strategy
@@ -199,18 +206,18 @@ class Metric:
                 )
 
     # -- the public API --------------------------------------------------------------------
-    def update_state(self, *args, **kwargs):
+    def update_state(self, *args: Any, **kwargs: Any) -> None:
         """Accumulate a batch. Inputs are checked before anything is written: on a ValueError
         the state is unchanged."""
         mode = state.current_mode()
         self._check_context(mode, "update_state")
         # Inside value_and_grad a metric may be fed traced values: it reads their values.
         what = f"Metric {self._name!r}.update_state"
-        args = [untraced(a, what) for a in args]
+        args = [untraced(a, what) for a in args]  # type: ignore[assignment]  # unpacked below
         kwargs = {k: untraced(v, what) for k, v in kwargs.items()}
         deltas = self._update_deltas(*args, **kwargs)
         replica = _in_replica_context(mode)
-        writes = []
+        writes: list[tuple[Variable, Any]] = []
         for name, delta in deltas.items():
             var = self._state[name]
             target = var if replica else _components(var)[0]
@@ -220,14 +227,14 @@ class Metric:
             # In replica context a SyncOnRead variable writes the replica's own copy.
             target.assign_add(delta, read_value=False)
 
-    def result(self):
+    def result(self) -> Any:
         """The metric over all replicas of all workers, a NumPy scalar (see the class doc for
         where it may be called). Collective under MultiWorkerMirroredStrategy: call it on
         every rank."""
         with user_call(f"{type(self).__name__}.result"):
             return self._result_from(self._read_totals())
 
-    def reset_state(self):
+    def reset_state(self) -> None:
         """Zero every copy of every state variable (no communication)."""
         mode = state.current_mode()
         if _in_replica_context(mode):
@@ -241,17 +248,17 @@ class Metric:
             for component in _components(var):
                 component.assign(zeros, read_value=False)
 
-    def reset_states(self):
+    def reset_states(self) -> None:
         """Alias of ``reset_state`` (the tf.keras 2 name)."""
         self.reset_state()
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """``update_state(*args, **kwargs)``, then ``result()``."""
         self.update_state(*args, **kwargs)
         return self.result()
 
     # -- reading ---------------------------------------------------------------------------
-    def _read_totals(self):
+    def _read_totals(self) -> dict[str, Any]:
         mode = state.current_mode()
         self._check_context(mode, "compute result()")
         if _in_replica_context(mode) and any(
@@ -259,7 +266,7 @@ class Metric:
             return mode.replica_context.merge_call(lambda strategy: self._read_totals_cross())
         return self._read_totals_cross()
 
-    def _read_totals_cross(self):
+    def _read_totals_cross(self) -> dict[str, Any]:
         """``{state name: host array}`` summed over every replica (one batched reduction)."""
         names = list(self._state)
         variables = [self._state[n] for n in names]
@@ -273,14 +280,14 @@ class Metric:
         return {n: np.array(as_array(r), copy=True) for n, r in zip(names, local)}
 
     # -- subclass hooks --------------------------------------------------------------------
-    def _update_deltas(self, *args, **kwargs):
+    def _update_deltas(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise NotImplementedError(f"{type(self).__name__} must implement _update_deltas.")
 
-    def _result_from(self, totals):
+    def _result_from(self, totals: dict[str, Any]) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must implement _result_from.")
 
     # -- helpers for subclasses ------------------------------------------------------------
-    def _weights_for(self, xp, sample_weight, values):
+    def _weights_for(self, xp: Any, sample_weight: Any, values: Any) -> Any:
         """``sample_weight`` broadcast to ``values``' shape, Keras style: a trailing size-1
         dimension beyond ``values``' rank is dropped, then the weight's dimensions align with
         the leading dimensions of ``values`` (per-sample weights)."""
@@ -305,14 +312,14 @@ class Sum(Metric):
 
     ``result()`` = sum over every value passed to ``update_state`` on every replica."""
 
-    def __init__(self, name="sum", dtype=np.float64):
+    def __init__(self, name: str = "sum", dtype: Any = np.float64) -> None:
         super().__init__(name=name, dtype=dtype)
         self.total = self.add_weight("total")
 
-    def update_state(self, values, sample_weight=None):
+    def update_state(self, values: Any, sample_weight: Any = None) -> None:
         super().update_state(values, sample_weight=sample_weight)
 
-    def _update_deltas(self, values, sample_weight=None):
+    def _update_deltas(self, values: Any, sample_weight: Any = None) -> dict[str, Any]:
         xp, (arr, w) = _as_arrays(values, sample_weight)
         _check_input(self, "values", values, arr, required=True)
         _check_input(self, "sample_weight", sample_weight, w)
@@ -321,7 +328,7 @@ class Sum(Metric):
             values = values * self._weights_for(xp, w, values)
         return {"total": xp.sum(values, dtype=self._dtype)}
 
-    def _result_from(self, totals):
+    def _result_from(self, totals: dict[str, Any]) -> Any:
         return self._dtype.type(totals["total"])
 
 
@@ -330,23 +337,23 @@ class Mean(Metric):
     (times ``sample_weight``) and ``count`` is the number of values, or the sum of the weights
     broadcast to the values. 0.0 while ``count`` is 0 (Keras' divide_no_nan)."""
 
-    def __init__(self, name="mean", dtype=np.float64):
+    def __init__(self, name: str = "mean", dtype: Any = np.float64) -> None:
         super().__init__(name=name, dtype=dtype)
         if self._dtype.kind != "f":
             raise ValueError(f"Metric {self._name!r} needs a floating dtype, got {self._dtype}.")
         self.total = self.add_weight("total")
         self.count = self.add_weight("count")
 
-    def update_state(self, values, sample_weight=None):
+    def update_state(self, values: Any, sample_weight: Any = None) -> None:
         super().update_state(values, sample_weight=sample_weight)
 
-    def _update_deltas(self, values, sample_weight=None):
+    def _update_deltas(self, values: Any, sample_weight: Any = None) -> dict[str, Any]:
         xp, (arr, w) = _as_arrays(values, sample_weight)
         _check_input(self, "values", values, arr, required=True)
         _check_input(self, "sample_weight", sample_weight, w)
         return self._mean_deltas(xp, arr, w)
 
-    def _mean_deltas(self, xp, values, w):
+    def _mean_deltas(self, xp: Any, values: Any, w: Any) -> dict[str, Any]:
         values = values.astype(self._dtype, copy=False)
         if w is None:
             return {"total": xp.sum(values, dtype=self._dtype),
@@ -355,7 +362,7 @@ class Mean(Metric):
         return {"total": xp.sum(values * w, dtype=self._dtype),
                 "count": xp.sum(w, dtype=self._dtype)}
 
-    def _result_from(self, totals):
+    def _result_from(self, totals: dict[str, Any]) -> Any:
         total, count = totals["total"], totals["count"]
         if count == 0:
             return self._dtype.type(0)
@@ -367,13 +374,16 @@ class Accuracy(Mean):
     element by element. The shapes must match (a trailing size-1 dimension on one side only is
     dropped, as in Keras)."""
 
-    def __init__(self, name="accuracy", dtype=np.float64):
+    def __init__(self, name: str = "accuracy", dtype: Any = np.float64) -> None:
         super().__init__(name=name, dtype=dtype)
 
-    def update_state(self, y_true, y_pred, sample_weight=None):
+    # Keras' signature for labels and predictions, over Mean's of values.
+    def update_state(self, y_true: Any, y_pred: Any,  # type: ignore[override]
+                     sample_weight: Any = None) -> None:
         Metric.update_state(self, y_true, y_pred, sample_weight=sample_weight)
 
-    def _update_deltas(self, y_true, y_pred, sample_weight=None):
+    def _update_deltas(self, y_true: Any, y_pred: Any,  # type: ignore[override]
+                       sample_weight: Any = None) -> dict[str, Any]:
         given = (y_true, y_pred)
         xp, (y_true, y_pred, w) = _as_arrays(y_true, y_pred, sample_weight)
         _check_input(self, "y_true", given[0], y_true, "biufSU", required=True)
@@ -397,13 +407,16 @@ class SparseCategoricalAccuracy(Mean):
     ``[N, ..., C]``; ``y_true`` has shape ``[N, ...]`` or ``[N, ..., 1]``. Ties go to the lowest
     class index (``argmax``)."""
 
-    def __init__(self, name="sparse_categorical_accuracy", dtype=np.float64):
+    def __init__(self, name: str = "sparse_categorical_accuracy", dtype: Any = np.float64) -> None:
         super().__init__(name=name, dtype=dtype)
 
-    def update_state(self, y_true, y_pred, sample_weight=None):
+    # Keras' signature for labels and predictions, over Mean's of values.
+    def update_state(self, y_true: Any, y_pred: Any,  # type: ignore[override]
+                     sample_weight: Any = None) -> None:
         Metric.update_state(self, y_true, y_pred, sample_weight=sample_weight)
 
-    def _update_deltas(self, y_true, y_pred, sample_weight=None):
+    def _update_deltas(self, y_true: Any, y_pred: Any,  # type: ignore[override]
+                       sample_weight: Any = None) -> dict[str, Any]:
         given = (y_true, y_pred)
         xp, (y_true, y_pred, w) = _as_arrays(y_true, y_pred, sample_weight)
         _check_input(self, "y_true (integer class labels)", given[0], y_true, "iuf", required=True)
