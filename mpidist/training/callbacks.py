@@ -4,10 +4,12 @@ Every rank runs every callback (a checkpoint save is collective: SyncOnRead valu
 all-reduced), and only the chief writes files or prints.
 """
 
+from __future__ import annotations
+
 import os
 import shutil
-from collections.abc import Mapping
-from typing import Annotated
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 
@@ -15,16 +17,20 @@ from mpidist.core.signatures import NonNegative, accepts
 from mpidist.training.checkpoint import Checkpoint, CheckpointManager
 from mpidist.values.variables import Variable
 
+if TYPE_CHECKING:
+    from mpidist.strategies.strategy import Strategy
+    from mpidist.training.fit import _FitLoop
+
 __all__ = ["Callback", "ModelCheckpoint", "BackupAndRestore", "History", "ModelVariables",
            "check_callbacks"]
 
 
-def check_callbacks(callbacks):
+def check_callbacks(callbacks: Iterable[Callback]) -> None:
     """ValueError naming two of ``callbacks`` that manage the same directory (each one's
     ``managed_directory``), or one inside a BackupAndRestore's directory, which is deleted
     when training ends: their files would overwrite, prune or delete each other's. ``fit``
     calls it before any callback starts."""
-    owners = []
+    owners: list[tuple[Any, str]] = []  # (a callback with a managed_directory, its real path)
     for cb in callbacks:
         directory = getattr(cb, "managed_directory", None)
         if directory is None:
@@ -45,7 +51,7 @@ def check_callbacks(callbacks):
         owners.append((cb, here))
 
 
-def _described(cb):
+def _described(cb: Any) -> str:
     return f"{type(cb).__name__}({cb.managed_directory!r})"
 
 
@@ -53,40 +59,44 @@ class Callback:
     """Base class: override the hooks you need. ``self.model``, ``self.optimizer``,
     ``self.strategy`` and ``self.params`` (epochs, steps) are set before training starts."""
 
-    model = optimizer = strategy = None
-    params = None
+    # Set by fit (set_context) before training starts.
+    model: Any = None
+    optimizer: Any = None
+    strategy: Any = None
+    params: Any = None
 
-    def set_context(self, model, optimizer, strategy, params):
+    def set_context(self, model: Any, optimizer: Any, strategy: Strategy,
+                    params: dict[str, Any]) -> None:
         self.model, self.optimizer, self.strategy, self.params = model, optimizer, strategy, params
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         pass
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         pass
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         pass
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         pass
 
-    def on_train_batch_begin(self, batch, logs=None):
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         pass
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         pass
 
 
 class History(Callback):
     """Collects each epoch's logs: ``history.history["loss"]`` is the loss per epoch."""
 
-    def __init__(self):
-        self.history = {}
-        self.epoch = []
+    def __init__(self) -> None:
+        self.history: dict[str, list[Any]] = {}
+        self.epoch: list[int] = []
 
     @accepts(logs=Mapping | None)  # fit's dict of metric values
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: Any, logs: Mapping[str, Any] | None = None) -> None:
         self.epoch.append(epoch)
         for key, value in (logs or {}).items():
             self.history.setdefault(key, []).append(value)
@@ -96,10 +106,10 @@ class ModelVariables:
     """A user model seen by a Checkpoint: its ``trainable_variables`` and, when it has them,
     its other ``variables``, by position."""
 
-    def __init__(self, model):
+    def __init__(self, model: Any) -> None:
         self._model = model
 
-    def _checkpoint_dependencies(self):
+    def _checkpoint_dependencies(self) -> dict[str, dict[str, Any]]:
         trainable = list(self._model.trainable_variables)
         deps = {"trainable": {str(i): v for i, v in enumerate(trainable)}}
         others = [v for v in getattr(self._model, "variables", ()) if all(v is not t for t in trainable)]
@@ -111,14 +121,14 @@ class ModelVariables:
 class _Group:
     """Several trackables (e.g. the metrics) as one, by position."""
 
-    def __init__(self, items):
+    def __init__(self, items: Iterable[Any]) -> None:
         self._items = list(items)
 
-    def _checkpoint_dependencies(self):
+    def _checkpoint_dependencies(self) -> dict[str, Any]:
         return {str(i): item for i, item in enumerate(self._items)}
 
 
-def _save_freq(value):
+def _save_freq(value: Any) -> str | int:
     if value == "epoch":
         return value
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -131,28 +141,29 @@ class ModelCheckpoint(Callback):
     steps) into ``directory``, keeping the last ``max_to_keep``."""
 
     @accepts(directory=str | os.PathLike, max_to_keep=int | None)
-    def __init__(self, directory, save_freq="epoch", max_to_keep=5):
+    def __init__(self, directory: str | os.PathLike[str], save_freq: Any = "epoch",
+                 max_to_keep: int | None = 5) -> None:
         self.directory = os.fspath(directory)
-        self.save_freq = _save_freq(save_freq)
+        self.save_freq: Any = _save_freq(save_freq)  # "epoch" or a positive int
         self.max_to_keep = max_to_keep
-        self.manager = None
+        self.manager: CheckpointManager = None  # type: ignore[assignment]  # on_train_begin sets it
         self._steps = 0
 
     @property
-    def managed_directory(self):
+    def managed_directory(self) -> str:
         """The directory this callback writes and prunes (``check_callbacks``)."""
         return self.directory
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         checkpoint = Checkpoint(model=ModelVariables(self.model), optimizer=self.optimizer)
         self.manager = CheckpointManager(checkpoint, self.directory, max_to_keep=self.max_to_keep)
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self._steps += 1
         if self.save_freq != "epoch" and self._steps % self.save_freq == 0:
             self.manager.save()
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if self.save_freq == "epoch":
             self.manager.save()
 
@@ -169,24 +180,26 @@ class BackupAndRestore(Callback):
     """
 
     @accepts(backup_dir=str | os.PathLike, delete_checkpoint=bool)
-    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True):
+    def __init__(self, backup_dir: str | os.PathLike[str], save_freq: Any = "epoch",
+                 delete_checkpoint: bool = True) -> None:
         self.backup_dir = os.fspath(backup_dir)
-        self.save_freq = _save_freq(save_freq)
+        self.save_freq: Any = _save_freq(save_freq)  # "epoch" or a positive int
         self.delete_checkpoint = bool(delete_checkpoint)
-        self.manager = None
-        self._progress = None
-        self._loop = None
+        # set by on_train_begin (manager, _progress) and by fit (attach)
+        self.manager: CheckpointManager = None  # type: ignore[assignment]
+        self._progress: Variable = None  # type: ignore[assignment]
+        self._loop: _FitLoop = None  # type: ignore[assignment]
 
     @property
-    def managed_directory(self):
+    def managed_directory(self) -> str:
         """The directory this callback writes and deletes (``check_callbacks``)."""
         return self.backup_dir
 
-    def attach(self, loop):
+    def attach(self, loop: _FitLoop) -> None:
         """Called by fit: the loop whose position (epoch, step, loss totals) is backed up."""
         self._loop = loop
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         # A plain host variable whatever the strategy: the position is the same everywhere.
         self._progress = Variable.plain(np.zeros(4, np.float64), trainable=False,
                                         name="fit_progress")
@@ -199,28 +212,28 @@ class BackupAndRestore(Callback):
             epoch, step, loss_sum, count = np.asarray(self._progress.numpy(), np.float64)
             self._loop.resume_at(int(epoch), int(step), loss_sum, count)
 
-    def _backup(self, epoch, step):
+    def _backup(self, epoch: int, step: int) -> None:
         loss_sum, count = self._loop.epoch_totals()
         self._progress.assign(np.array([epoch, step, loss_sum, count], np.float64))
         self.manager.save()
 
     @accepts(batch=Annotated[int, NonNegative()])
-    def backup_now(self, batch):
+    def backup_now(self, batch: int) -> None:
         """Back up at the end of step ``batch`` of the current epoch, as the periodic backups
         do (call it from ``on_train_batch_end`` on every rank, e.g. when the job is told it
         will be preempted); a restart resumes after that step."""
         self._backup(self._loop.epoch, batch + 1)
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if self.save_freq != "epoch" and self._loop.global_step % self.save_freq == 0:
             self.backup_now(batch)
 
     @accepts(epoch=Annotated[int, NonNegative()])
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self.save_freq == "epoch":
             self._backup(epoch + 1, 0)
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if not self.delete_checkpoint:
             return
         if self.strategy.extended.should_checkpoint:  # the worker that writes the files
@@ -228,8 +241,9 @@ class BackupAndRestore(Callback):
         _barrier(self.strategy)
 
 
-def _barrier(strategy):
+def _barrier(strategy: Strategy) -> None:
     extended = strategy.extended
     comm = extended.communicator
     if comm is not None and comm.size > 1:
-        comm.barrier(timeout=extended.communication_options.timeout_seconds)
+        # a strategy across ranks always has its CommunicationOptions
+        comm.barrier(timeout=extended.communication_options.timeout_seconds)  # type: ignore[union-attr]
