@@ -19,12 +19,16 @@ device arrays. A trace replaces ``GradientTape`` because both libraries differen
 function, not a block of statements.
 """
 
+from __future__ import annotations
+
 import functools
 import numbers
 import os
 import sys
 import warnings
 import weakref
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +50,8 @@ _EXTRA = {"autograd": "autograd", "jax": "jax"}
 
 
 @accepts(backend=str | None, has_aux=bool, jit=bool)  # fn, backend's value: the body's messages
-def value_and_grad(fn, variables, *args, backend=None, has_aux=False, jit=False, **kwargs):
+def value_and_grad(fn: Any, variables: Any, *args: Any, backend: str | None = None,
+                   has_aux: bool = False, jit: bool = False, **kwargs: Any) -> Any:
     """``(loss, gradients)`` of ``fn(params, *args, **kwargs)`` with respect to ``variables``.
 
     Args:
@@ -120,7 +125,7 @@ def value_and_grad(fn, variables, *args, backend=None, has_aux=False, jit=False,
         # parameters: neither jax.jit nor jax.numpy accepts a cupy.ndarray.
         args, kwargs = _jax_leaves(args), _jax_leaves(kwargs)
 
-    def loss_of(p):
+    def loss_of(p: Any) -> Any:
         return _loss_and_aux(fn(p, *args, **kwargs), has_aux)
 
     check = _first_time(fn, variable_list)
@@ -147,7 +152,7 @@ def value_and_grad(fn, variables, *args, backend=None, has_aux=False, jit=False,
 
 
 # -- arguments -------------------------------------------------------------------------------
-def _variable_list(variables):
+def _variable_list(variables: Any) -> list[Any]:
     if not isinstance(variables, (list, tuple)):
         raise TypeError(
             "value_and_grad: variables must be a Variable or a list / tuple of them (e.g. "
@@ -163,7 +168,7 @@ def _variable_list(variables):
     return list(variables)
 
 
-def _check_strategy(variables):
+def _check_strategy(variables: Any) -> None:
     current = get_strategy()
     for v in variables:
         owner = v.distribute_strategy
@@ -174,7 +179,7 @@ def _check_strategy(variables):
                 "created inside the scope of the strategy that runs the step.")
 
 
-def _backend_for(backend, params):
+def _backend_for(backend: str | None, params: Any) -> str:
     on_gpu = any(array_module(p) is not np for p in params)
     if backend is None:
         backend = "jax" if on_gpu else "autograd"
@@ -190,7 +195,7 @@ def _backend_for(backend, params):
     return backend
 
 
-def _require(backend):
+def _require(backend: str) -> None:
     try:
         jax_module() if backend == "jax" else __import__(backend)
     except ImportError as err:
@@ -199,7 +204,7 @@ def _require(backend):
             f"installed: pip install 'mpidist[{_EXTRA[backend]}]'.") from err
 
 
-def _loss_and_aux(out, has_aux):
+def _loss_and_aux(out: Any, has_aux: bool) -> Any:
     """The loss function's ``out`` as ``(loss, aux)`` (aux None without ``has_aux``)."""
     if not has_aux:
         if isinstance(out, (tuple, list)):
@@ -217,7 +222,7 @@ def _loss_and_aux(out, has_aux):
     return out
 
 
-def _check_scalar(loss, kind):
+def _check_scalar(loss: Any, kind: str) -> None:
     shape = getattr(loss, "shape", None)
     real = isinstance(loss, numbers.Real) or (
         shape is not None and getattr(loss, "dtype", None) is not None
@@ -236,7 +241,7 @@ def _check_scalar(loss, kind):
 _CHECKED: "weakref.WeakKeyDictionary[Variable, set]" = weakref.WeakKeyDictionary()
 
 
-def _first_time(fn, variables):
+def _first_time(fn: Any, variables: Sequence[Variable]) -> bool:
     """Whether ``fn`` is differentiated for the first time with respect to ``variables`` (the
     unused-variable check runs then: it is a property of the loss's code, not of a step)."""
     key = (getattr(fn, "__code__", fn), tuple(id(v) for v in variables))
@@ -249,7 +254,7 @@ def _first_time(fn, variables):
     return True
 
 
-def _warn_unused(variables, unused, reads):
+def _warn_unused(variables: Any, unused: Any, reads: Any) -> None:
     """The UnusedVariableWarning for the variables at positions ``unused`` and for those of
     ``variables`` the loss read directly (``reads``, from ``record_direct_reads``)."""
     mine = {id(v) for v in variables}
@@ -259,7 +264,7 @@ def _warn_unused(variables, unused, reads):
                       UnusedVariableWarning, stacklevel=3)
 
 
-def _like(grad, param):
+def _like(grad: Any, param: Any) -> Any:
     """``grad`` as a writable array of ``param``'s kind and dtype (a backend may widen the
     dtype, give a 0-d gradient as a scalar, or, as JAX does, lend a read-only view of its
     own buffer, which in-place gradient code such as clipping could not write)."""
@@ -270,18 +275,19 @@ def _like(grad, param):
 
 
 # -- autograd ----------------------------------------------------------------------------------
-def _with_autograd(loss_of, structured, single, params, check=False):
+def _with_autograd(loss_of: Any, structured: Any, single: Any, params: Any, check: bool = False
+                   ) -> tuple[Any, Any, list[Any], Sequence[int]]:
     """``(loss, aux, gradients, unused)``: ``unused`` lists the positions of the variables the
     backward pass never reached (only when ``check``)."""
     import autograd  # noqa: PLC0415 - an optional extra
     from autograd.tracer import getval  # noqa: PLC0415
 
-    holder = {}
+    holder: dict[str, Any] = {}
     count = len(params)
-    reached = set()
+    reached: set[int] = set()
     tap = _autograd_tap() if check else None
 
-    def scalar(boxed):
+    def scalar(boxed: Any) -> Any:
         # One box per variable, taken from the list's box; when checking, each passes through
         # an identity whose backward step records that the gradient reached it.
         elements = [boxed[i] if tap is None else tap(boxed[i], i, reached) for i in range(count)]
@@ -301,18 +307,18 @@ def _with_autograd(loss_of, structured, single, params, check=False):
 
 
 @functools.cache
-def _autograd_tap():
+def _autograd_tap() -> Any:
     """``tap(x, i, reached)``: ``x`` itself, as an autograd primitive whose backward step adds
     ``i`` to ``reached``. autograd runs the backward step of exactly the operations the loss
     was computed from, so a variable whose tap never runs does not enter the loss."""
     from autograd.extend import defvjp, primitive  # noqa: PLC0415 - an optional extra
 
     @primitive
-    def tap(x, i, reached):
+    def tap(x: Any, i: Any, reached: Any) -> Any:
         return x
 
-    def tap_vjp(ans, x, i, reached):
-        def vjp(g):
+    def tap_vjp(ans: Any, x: Any, i: Any, reached: Any) -> Any:
+        def vjp(g: Any) -> Any:
             reached.add(i)
             return g
         return vjp
@@ -328,7 +334,7 @@ _JAX_MEMORY_VARIABLES = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM
                          "XLA_PYTHON_CLIENT_ALLOCATOR")
 
 
-def jax_module():
+def jax_module() -> Any:
     """The jax module, with JAX's GPU memory allocated on demand unless the user set one of
     ``_JAX_MEMORY_VARIABLES`` (read when JAX first creates its GPU backend, so this works as
     long as the program has not run a JAX computation on the GPU yet)."""
@@ -339,7 +345,7 @@ def jax_module():
     return jax
 
 
-def _jax_leaves(tree):
+def _jax_leaves(tree: Any) -> Any:
     """``tree`` (the loss function's extra arguments) with every CuPy array as a JAX array
     on the same GPU, through DLPack (no copy); other leaves as they are."""
     if "cupy" not in sys.modules:  # no CuPy array can exist
@@ -349,7 +355,8 @@ def _jax_leaves(tree):
         lambda x: jax.dlpack.from_dlpack(x) if cupy_backend.is_cupy_array(x) else x, tree)
 
 
-def _with_jax(loss_of, structured, single, params, compiled=None, args=(), check=False):
+def _with_jax(loss_of: Any, structured: Any, single: Any, params: Any, compiled: Any = None,
+              args: Any = (), check: bool = False) -> tuple[Any, Any, list[Any], Sequence[int]]:
     """JAX's value and gradient; with ``compiled`` (``_compiled``'s function), that compiled
     function of ``(params, *args)`` instead of tracing ``loss_of`` again. ``unused`` as in
     ``_with_autograd``."""
@@ -369,14 +376,14 @@ def _with_jax(loss_of, structured, single, params, compiled=None, args=(), check
     if compiled is not None:
         (loss, aux), grads = compiled(inputs, *args)
     else:
-        def scalar(p):
+        def scalar(p: Any) -> Any:
             loss, aux = loss_of(p)
             _check_scalar(loss, "jax")
             return loss, aux
 
         (loss, aux), grads = jax.value_and_grad(scalar, has_aux=True)(inputs)
     grads = [grads] if single else list(grads)
-    unused = ()
+    unused: Sequence[int] = ()
     if check:
         zero = [i for i, g in enumerate(grads) if not bool(jax.numpy.any(g))]
         unused = _unused_inputs(lambda p: loss_of(p)[0], inputs, zero) if zero else ()
@@ -385,7 +392,7 @@ def _with_jax(loss_of, structured, single, params, compiled=None, args=(), check
             [back(g) for g in grads], unused)
 
 
-def _unused_inputs(scalar, inputs, candidates):
+def _unused_inputs(scalar: Any, inputs: Any, candidates: Any) -> list[int]:
     """Those of ``candidates`` (positions of ``inputs``' leaves) that ``scalar``'s jaxpr does
     not use to compute its output."""
     jax = jax_module()
@@ -395,11 +402,11 @@ def _unused_inputs(scalar, inputs, candidates):
     return [i for i in candidates if not used[i]]
 
 
-def _used_inputs(jaxpr, wanted):
+def _used_inputs(jaxpr: Any, wanted: Any) -> list[bool]:
     """For each input of ``jaxpr``, whether the outputs flagged in ``wanted`` depend on it: a
     walk of the equations from the outputs back, into the jaxpr of a call (a nested jit) where
     it has one, else taking all of an equation's inputs as used."""
-    def variables(atoms, flags=None):
+    def variables(atoms: Any, flags: Any = None) -> list[Any]:
         return [a for i, a in enumerate(atoms) if type(a).__name__ != "Literal"
                 and (flags is None or flags[i])]
 
@@ -418,7 +425,7 @@ def _used_inputs(jaxpr, wanted):
     return [v in needed for v in jaxpr.invars]
 
 
-def _host_copy(x):
+def _host_copy(x: Any) -> Any:
     """A writable NumPy array of a JAX result (``np.asarray`` alone lends JAX's read-only
     buffer)."""
     out = np.asarray(x)
@@ -429,7 +436,7 @@ def _host_copy(x):
 _COMPILED: dict[tuple[object, bool], object] = {}
 
 
-def _compiled(fn, has_aux):
+def _compiled(fn: Any, has_aux: bool) -> Any:
     """The compiled value-and-gradient of ``fn`` (one per loss function; a program has a
     few, the bound keeps a program that makes new closures every step from growing it)."""
     key = (fn, has_aux)
@@ -437,7 +444,7 @@ def _compiled(fn, has_aux):
     if compiled is None:
         jax = jax_module()
 
-        def scalar(p, *args):
+        def scalar(p: Any, *args: Any) -> Any:
             loss, aux = _loss_and_aux(fn(p, *args), has_aux)
             _check_scalar(loss, "jax")
             return loss, aux
@@ -448,12 +455,12 @@ def _compiled(fn, has_aux):
     return compiled
 
 
-def _from_jax_gpu(x):
-    cupy = sys.modules.get("cupy")
+def _from_jax_gpu(x: Any) -> Any:
+    cupy: Any = sys.modules.get("cupy")  # imported: x came from a CuPy array
     return cupy.from_dlpack(x)
 
 
-def _map_leaves(fn, tree):
+def _map_leaves(fn: Any, tree: Any) -> Any:
     if isinstance(tree, (list, tuple)):
         mapped = [_map_leaves(fn, t) for t in tree]
         return mapped if isinstance(tree, list) else type(tree)(mapped) \
@@ -464,7 +471,8 @@ def _map_leaves(fn, tree):
 
 
 # -- models that define only their loss (fit / evaluate) ----------------------------------------
-def model_loss_and_gradients(model, x, y, backend=None):
+def model_loss_and_gradients(model: Any, x: Any, y: Any, backend: str | None = None
+                             ) -> tuple[Any, ...]:
     """``loss_and_gradients(x, y)`` for a model that defines only ``loss(params, x, y)``:
     ``(per_example_loss, gradients[, predictions])``, the gradients being those of the
     per-example losses' sum, from ``backend`` (see ``value_and_grad``).
@@ -473,7 +481,8 @@ def model_loss_and_gradients(model, x, y, backend=None):
     returns the per-example losses, or ``(per_example_losses, predictions)``."""
     variables = list(model.trainable_variables)
 
-    def total(params, x, y):  # x, y as arguments: value_and_grad hands them to the backend
+    # x, y as arguments: value_and_grad hands them to the backend
+    def total(params: Any, x: Any, y: Any) -> Any:
         per_example, predictions = _split_loss_output(model.loss(params, x, y), y)
         xp = namespace_of(per_example) or array_module(per_example)
         return xp.sum(per_example), (per_example, predictions)
@@ -483,7 +492,8 @@ def model_loss_and_gradients(model, x, y, backend=None):
     return (per_example, grads) if predictions is None else (per_example, grads, predictions)
 
 
-def model_per_example_loss(model, x, y, backend=None):
+def model_per_example_loss(model: Any, x: Any, y: Any, backend: str | None = None
+                           ) -> tuple[Any, Any]:
     """``(per_example_losses, predictions or None)`` of a model that defines only
     ``loss(params, x, y)``, computed on the variables' current values without tracing
     (``evaluate``), as arrays of the variables' kind. ``backend`` as in ``value_and_grad``:
@@ -498,7 +508,7 @@ def model_per_example_loss(model, x, y, backend=None):
     return back(per_example), None if predictions is None else back(predictions)
 
 
-def _split_loss_output(out, y):
+def _split_loss_output(out: Any, y: Any) -> tuple[Any, Any]:
     per_example, predictions = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
     if getattr(per_example, "ndim", 0) < 1:
         got = "a scalar" if getattr(per_example, "ndim", None) == 0 or np.isscalar(per_example) \
