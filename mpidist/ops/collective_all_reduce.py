@@ -25,11 +25,13 @@ from mpidist.ops.destinations import (
     simple_broadcast,
     validate_destinations,
 )
+from mpidist.ops.fusion_state import FusionState
+from mpidist.ops.reduction_plan import ReductionPlan
 from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
 from mpidist.types import Array, ReduceOp, as_reduce_op
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
 
-__all__ = ["CollectiveAllReduce", "DEFAULT_BYTES_PER_PACK"]
+__all__ = ["CollectiveAllReduce", "HostReplicaPlan", "DEFAULT_BYTES_PER_PACK"]
 
 # bytes_per_pack=0 means "let mpidist choose": packs this large keep per-collective overhead
 # negligible while bounding the buffer a single MPI call moves (DDP uses 25 MiB buckets).
@@ -86,19 +88,15 @@ class CollectiveAllReduce(ReductionToOneDevice):
                               ) -> Array | Mirrored:
         value = as_per_replica(per_replica_value)
         if len(value.values) == 1 and isinstance(value.values[0], np.ndarray) \
-                and all(d.is_cpu for d in resolve_devices(destinations)):
+                and _direct(value.values[0].dtype) and _on_host(destinations):
             out = self._reduce_host_array(reduce_op, value.values[0], options)
-            if out is not None:
-                return simple_broadcast(out, destinations, reuse=True)
+            return simple_broadcast(out, destinations, reuse=True)
         return super().reduce_implementation(reduce_op, value, destinations, options)
 
     def _reduce_host_array(self, reduce_op: ReduceOp, send: np.ndarray,
-                           options: CommunicationOptions | None) -> np.ndarray | None:
-        """One host replica (the one-rank-per-worker layout): MPI reads the replica's array
-        and writes a recycled result buffer, with no local copy in between. None for dtypes
-        this path does not take (bytes, booleans, complex)."""
-        if not _alone_ok(send.dtype):
-            return None
+                           options: CommunicationOptions | None) -> np.ndarray:
+        """One host replica's array of a dtype MPI reduces alone (``_direct``): MPI reads the
+        replica's array and writes a recycled result buffer, with no local copy in between."""
         if not send.flags.c_contiguous:  # (ascontiguousarray would also make 0-d 1-d)
             send = np.ascontiguousarray(send)
         out = self._fusion.host_result(send.size, send.dtype).reshape(send.shape)
@@ -108,42 +106,11 @@ class CollectiveAllReduce(ReductionToOneDevice):
         # Integer MEAN of a 0-d array divides into a NumPy scalar: hand back an array.
         return out if type(out) is np.ndarray else np.asarray(out)
 
-    def all_reduce_host_values(self, reduce_op: ReduceOp, arrays: Sequence[Any],
-                               options: CommunicationOptions | None = None
-                               ) -> list[Array] | None:
-        """One replica per rank, the lean path of ``ReplicaContext.all_reduce``: ``arrays``
-        (a list of this replica's host ndarrays, already checked) reduced over every worker,
-        as new arrays (the inputs are left as they are). A lone array of its dtype is one
-        all-reduce; several of one packable dtype travel packed, as ``batch_reduce`` sends
-        them, under one fingerprint agreement; one dtype after another, in order of first
-        appearance. MEAN divides once, by the global replica count. None, before any
-        communication, when some array is not of that kind (a device array, an odd dtype):
-        use ``batch_reduce`` then."""
-        if len(arrays) == 1:  # the common case first
-            send = arrays[0]
-            if type(send) is not np.ndarray or not _alone_ok(send.dtype):
-                return None
-            return [self._reduce_host_array(reduce_op, send, options)]
-        by_dtype: dict[np.dtype, list[int]] = {}
-        for i, a in enumerate(arrays):
-            if type(a) is not np.ndarray:
-                return None
-            by_dtype.setdefault(a.dtype, []).append(i)
-        for dtype, indices in by_dtype.items():
-            if not (_alone_ok(dtype) if len(indices) == 1 else dtype in _PACKABLE):
-                return None
-        if len(by_dtype) == 1:
-            return self._batch_reduce_host_arrays(reduce_op, arrays, arrays[0], options)
-        results: list[Array] = [None] * len(arrays)
-        for indices in by_dtype.values():
-            group = [arrays[i] for i in indices]
-            if len(group) == 1:
-                reduced: list[Array] = [self._reduce_host_array(reduce_op, group[0], options)]
-            else:  # any host array names the one CPU destination results are unpacked to
-                reduced = self._batch_reduce_host_arrays(reduce_op, group, group[0], options)
-            for i, r in zip(indices, reduced):
-                results[i] = r
-        return results
+    def host_replica_plan(self, general: ReductionPlan, packs_arena: bool
+                          ) -> "HostReplicaPlan":
+        """The reduction plan of one replica per worker over this communicator; values the
+        direct host path does not take go to ``general``."""
+        return HostReplicaPlan(self, self._fusion, general, packs_arena)
 
     def batch_reduce_implementation(self, reduce_op: ReduceOp, value_destination_pairs: Pairs,
                                     options: CommunicationOptions | None
@@ -153,39 +120,6 @@ class CollectiveAllReduce(ReductionToOneDevice):
         if arrays is None:
             return super().batch_reduce_implementation(reduce_op, pairs, options)
         return self._batch_reduce_host_arrays(reduce_op, arrays, pairs[0][1], options)
-
-    def batch_reduce_host_values(self, reduce_op: ReduceOp,
-                                 pairs: Sequence[tuple[Any, Destinations]],
-                                 options: CommunicationOptions | None
-                                 ) -> list[Array | Mirrored] | None:
-        """One replica per rank: ``(value, destinations)`` pairs whose values are host arrays,
-        bare or as one-component PerReplica values, sharing one CPU destination, reduced
-        packed in a single pass over the pairs. None when the batch is not of that kind (then
-        use ``batch_reduce``)."""
-        destinations = pairs[0][1] if pairs else None
-        arrays = []
-        ndarray = np.ndarray
-        for value, dest in pairs:
-            if dest is not destinations:
-                return None
-            if type(value) is not ndarray:
-                if type(value) is not PerReplica or len(value.values) != 1:
-                    return None
-                value = value.values[0]
-            arrays.append(value)
-        if _packable(arrays) is None:
-            return None
-        validate_destinations(destinations)
-        if not _on_host(destinations):
-            return None
-        return self._batch_reduce_host_arrays(reduce_op, arrays, destinations, options)
-
-    def all_reduce_packed(self, flat: Array, layout: FusionLayout,
-                          options: CommunicationOptions | None = None) -> Array:
-        """Sum ``flat``, this worker's one replica's tensors packed end to end as ``layout``
-        says, over every worker, in place: one collective per pack of ``bytes_per_pack``, the
-        packs ``batch_reduce`` sends for the same tensors (so the sums are the same bits)."""
-        return self._across_workers(flat, ReduceOp.SUM, options, layout)
 
     def _batch_reduce_host_arrays(self, reduce_op: ReduceOp, arrays: Sequence[np.ndarray],
                                   destinations: Destinations,
@@ -281,10 +215,78 @@ class CollectiveAllReduce(ReductionToOneDevice):
         return simple_broadcast(np.moveaxis(gathered, 0, ax), destinations, reuse=True)
 
 
+class HostReplicaPlan:
+    """The reduction plan of one replica per worker (``mpidist.ops.reduction_plan``): this
+    replica's host arrays go straight to the communicator; anything else (device arrays,
+    dtypes MPI does not reduce here, mixed destinations) goes to the ``general`` plan.
+
+    ``all_reduce`` of one array reaches MPI in 5 calls (this method, ``Communicator.all_reduce``,
+    its data phase, the watchdog's ``blocking``, the call it wraps): keep it inline."""
+
+    __slots__ = ("_ops", "_fusion", "_general", "packs_arena")
+
+    def __init__(self, ops: CollectiveAllReduce, fusion: FusionState, general: ReductionPlan,
+                 packs_arena: bool) -> None:
+        self._ops = ops
+        self._fusion = fusion  # ops's recycled result buffers
+        self._general = general
+        self.packs_arena = packs_arena
+
+    def all_reduce(self, reduce_op: ReduceOp, arrays: list[Any],
+                   options: CommunicationOptions | None = None) -> list[Any]:
+        """``arrays`` reduced over every worker as new arrays (the inputs are left as they
+        are). A lone array is one all-reduce; several of one packable dtype travel packed, as
+        ``batch_reduce`` sends them, under one fingerprint agreement; one dtype after another,
+        in order of first appearance. MEAN divides once, by the global replica count."""
+        ops = self._ops
+        if len(arrays) == 1:  # the common case first, inline (see the class's note)
+            send = arrays[0]
+            if type(send) is np.ndarray and _direct(send.dtype):
+                if not send.flags.c_contiguous:
+                    send = np.ascontiguousarray(send)
+                out = self._fusion.host_result(send.size, send.dtype).reshape(send.shape)
+                ops._comm.all_reduce(out, "sum", timeout=ops._merged(options).timeout_seconds,
+                                     send=send)
+                out = ops._mean(out, reduce_op)
+                return [out if type(out) is np.ndarray else np.asarray(out)]
+            return self._general.all_reduce(reduce_op, arrays, options)
+        groups = _host_groups(arrays)
+        if groups is None:
+            return self._general.all_reduce(reduce_op, arrays, options)
+        if len(groups) == 1:
+            return ops._batch_reduce_host_arrays(reduce_op, arrays, arrays[0], options)
+        results: list[Any] = [None] * len(arrays)
+        for indices in groups:
+            group = [arrays[i] for i in indices]
+            if len(group) == 1:
+                reduced: list[Any] = [ops._reduce_host_array(reduce_op, group[0], options)]
+            else:  # any host array names the one CPU destination results are unpacked to
+                reduced = ops._batch_reduce_host_arrays(reduce_op, group, group[0], options)
+            for i, r in zip(indices, reduced):
+                results[i] = r
+        return results
+
+    def batch_reduce(self, reduce_op: ReduceOp, pairs: Sequence[tuple[Any, Destinations]],
+                     options: CommunicationOptions | None) -> list[Any]:
+        """Pairs whose values are host arrays of one packable dtype, bare or as one-component
+        PerReplica values, sharing one CPU destination, reduced packed in a single pass; any
+        other batch through the general plan."""
+        arrays = _host_batch(pairs)
+        if arrays is None:
+            return self._general.batch_reduce(reduce_op, pairs, options)
+        return self._ops._batch_reduce_host_arrays(reduce_op, arrays, pairs[0][1], options)
+
+    def all_reduce_packed(self, flat: Array, layout: FusionLayout) -> None:
+        """Sum ``flat``, this worker's one replica's tensors packed end to end as ``layout``
+        says, over every worker, in place: one collective per pack of ``bytes_per_pack``, the
+        packs ``batch_reduce`` sends for the same tensors (so the sums are the same bits)."""
+        self._ops._across_workers(flat, ReduceOp.SUM, None, layout)
+
+
 _PACKABLE = frozenset(np.dtype(t) for t in ("float32", "float64", "int32", "int64"))
 
 
-def _alone_ok(dtype: np.dtype) -> bool:
+def _direct(dtype: np.dtype) -> bool:
     """Whether one host array of ``dtype`` can be all-reduced on its own by MPI."""
     return dtype.kind in "fiu" and dtype.itemsize >= 2
 
@@ -293,34 +295,57 @@ def _on_host(destinations: Destinations) -> bool:
     return all(d.is_cpu for d in resolve_devices(destinations))
 
 
-def _packable(arrays: list[Any]) -> list[np.ndarray] | None:
-    """``arrays`` when there are at least two and all are host ndarrays of one packable
-    dtype; else None."""
+def _host_groups(arrays: list[Any]) -> list[list[int]] | None:
+    """The direct host path's eligibility for several arrays: their indices grouped by dtype
+    (in order of first appearance) when all are host ndarrays, a lone array of its dtype of
+    one MPI reduces alone and a group of a packable dtype; else None (the general path)."""
+    by_dtype: dict[np.dtype, list[int]] = {}
+    for i, a in enumerate(arrays):
+        if type(a) is not np.ndarray:
+            return None
+        by_dtype.setdefault(a.dtype, []).append(i)
+    for dtype, indices in by_dtype.items():
+        if not (_direct(dtype) if len(indices) == 1 else dtype in _PACKABLE):
+            return None
+    return list(by_dtype.values())
+
+
+def _packable(arrays: list[Any]) -> bool:
+    """Whether ``arrays`` are at least two host ndarrays of one packable dtype."""
     if len(arrays) < 2:
-        return None
+        return False
     dtype = getattr(arrays[0], "dtype", None)
     if dtype not in _PACKABLE:  # (np.dtype(None) is float64: never compare a dtype with None)
-        return None
+        return False
     ndarray = np.ndarray
-    for a in arrays:
-        if type(a) is not ndarray or (a.dtype is not dtype and a.dtype != dtype):
-            return None
-    return arrays
+    return all(type(a) is ndarray and (a.dtype is dtype or a.dtype == dtype) for a in arrays)
 
 
-def _single_host_replicas(pairs: Pairs) -> list[np.ndarray] | None:
-    """The arrays of a batch whose values each have one host replica of one packable dtype
-    and share one CPU destination object; None for any other batch."""
+def _host_batch(pairs: Sequence[tuple[Any, Destinations]]) -> list[Any] | None:
+    """The arrays of a batch whose values are host arrays of one packable dtype (bare, or a
+    PerReplica of one component) sharing one CPU destination object; None for any other."""
     destinations = pairs[0][1] if pairs else None
-    if len(pairs) < 2 or not _on_host(destinations):
-        return None
     arrays = []
     for value, dest in pairs:
-        components = value.values
-        if dest is not destinations or len(components) != 1:
+        if dest is not destinations:
             return None
-        arrays.append(components[0])
-    return _packable(arrays)
+        if type(value) is not np.ndarray:
+            if type(value) is not PerReplica or len(value.values) != 1:
+                return None
+            value = value.values[0]
+        arrays.append(value)
+    if not _packable(arrays):
+        return None
+    validate_destinations(destinations)
+    return arrays if _on_host(destinations) else None
+
+
+def _single_host_replicas(pairs: Pairs) -> list[Any] | None:
+    """The arrays of a checked batch (every value distributed) whose values each have one host
+    replica of one packable dtype and share one CPU destination object; None for any other."""
+    if len(pairs) < 2 or any(len(v.values) != 1 for v, _ in pairs):
+        return None
+    return _host_batch([(v.values[0], d) for v, d in pairs])
 
 
 def _pack_ranges(layout: FusionLayout, itemsize: int, bytes_per_pack: int

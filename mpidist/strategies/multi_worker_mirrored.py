@@ -30,10 +30,11 @@ from mpidist.core.devices import DeviceSpec, parse_device
 from mpidist.core.user_calls import user_call
 from mpidist.data.distributed import InputWorkers
 from mpidist.logs import get_logger
-from mpidist.kernels.layout import FusionLayout
 from mpidist.ops.collective_all_reduce import CollectiveAllReduce
 from mpidist.ops.destinations import Destinations
+from mpidist.ops.reduction_plan import ReductionPlan
 from mpidist.strategies.mirrored import MirroredExtended
+from mpidist.strategies.reduction_plans import GeneralPlan
 from mpidist.strategies.strategy import Strategy
 from mpidist.types import Array, ReduceOp
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
@@ -217,36 +218,29 @@ class _MultiWorkerExtended(MirroredExtended):
 
     def _batch_reduce_to(self, reduce_op: ReduceOp, pairs: Sequence[tuple[Any, Destinations]],
                          options: CommunicationOptions | None) -> list[Any]:
+        return self.reduction_plan().batch_reduce(reduce_op, pairs, options)
+
+    def _choose_reduction_plan(self) -> ReductionPlan:
+        """One replica per rank and several ranks: the replica's host values go straight to
+        the communicator (``HostReplicaPlan``); else, and for what that path does not take,
+        the general plan. The optimizers' packed arena applies to one CPU replica."""
+        general = GeneralPlan(self, self._general_batch_reduce_to)
+        if self._num_workers > 1 and len(self._device_specs) == 1:
+            return self._cross_device_ops.host_replica_plan(
+                general, packs_arena=self._device_specs[0].is_cpu)
+        return general
+
+    def _general_batch_reduce_to(self, reduce_op: ReduceOp,
+                                 pairs: Sequence[tuple[Any, Destinations]],
+                                 options: CommunicationOptions | None) -> list[Any]:
         if self._num_workers > 1 and len(self._device_specs) == 1:
             # One replica per rank: strategy.run (and a replica's all_reduce) hands over bare
-            # arrays, and each is that replica's value. Host values go packed straight away;
-            # anything else is wrapped, and then travels packed where it can.
-            packed = self._cross_device_ops.batch_reduce_host_values(reduce_op, pairs, options)
-            if packed is not None:
-                return packed
+            # arrays, and each is that replica's value; wrapped, it travels packed where it can.
             devices, ndarray, wrap = self._device_specs, np.ndarray, PerReplica.unchecked
             pairs = [(v if isinstance(v, DistributedValues)
                       else wrap((v if type(v) is ndarray else as_array(v),), devices), d)
                      for v, d in pairs]
         return super()._batch_reduce_to(reduce_op, pairs, options)
-
-    def all_reduce_one_replica(self, reduce_op: ReduceOp, arrays: list[Array],
-                               options: CommunicationOptions | None = None
-                               ) -> list[Array] | None:
-        """One replica per rank: this replica's host arrays go straight to the communicator
-        (see ``StrategyExtended.all_reduce_one_replica``)."""
-        if len(self._device_specs) != 1 or self._num_workers == 1:
-            return None
-        return self._cross_device_ops.all_reduce_host_values(reduce_op, arrays, options)
-
-    def all_reduce_packed(self, flat: Array, layout: FusionLayout) -> bool:
-        """The lean path of one replica per rank: sum this replica's packed host buffer
-        ``flat`` (tensors laid out by ``layout``) over all replicas, in place. False where the
-        layout is not one host replica per rank (use ``ReplicaContext.all_reduce`` then)."""
-        if len(self._device_specs) != 1 or type(flat) is not np.ndarray:
-            return False
-        self._cross_device_ops.all_reduce_packed(flat, layout)
-        return True
 
     def _gather(self, value: Any, axis: int) -> Any:
         if self._num_workers > 1 and not isinstance(value, DistributedValues):

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["ReplicaContext"]
 
 # The spellings a step passes every time, looked up without the Enum call (others convert).
-class _Contribution:
+class Contribution:
     """One replica's flattened argument to a collective; a distinct object per replica, so
     that regrouping never mistakes equal contributions for one shared value."""
 
@@ -32,7 +32,7 @@ class _Contribution:
         self.flat = flat
 
 
-def _per_leaf(boxes: PerReplica | _Contribution) -> list[Any]:
+def per_leaf(boxes: PerReplica | Contribution) -> list[Any]:
     """Turn the regrouped contributions into one value per leaf: a PerReplica of the replicas'
     leaves (on the replicas' devices), or the leaf itself when this worker has one replica."""
     if not isinstance(boxes, PerReplica):
@@ -196,15 +196,10 @@ class ReplicaContext:
             return value
         with user_call("ReplicaContext.all_reduce", reduce_op=reduce_op.value,
                        num_values=len(leaves)):
-            # One replica on this worker: straight to the communicator, no merge_call.
-            reduced = self._strategy.extended.all_reduce_one_replica(reduce_op, leaves, options)
-            if reduced is None:
-                def merge_fn(strategy: "Strategy", boxes: PerReplica | _Contribution
-                             ) -> list[Any]:
-                    return strategy.extended.all_reduce_leaves(reduce_op, _per_leaf(boxes),
-                                                               options)
-
-                reduced = self.merge_call(merge_fn, args=(_Contribution(leaves),))
+            # The strategy's plan (decided once per layout): one replica per worker goes
+            # straight to the communicator, several meet in a merge_call.
+            reduced = self._strategy.extended.reduction_plan().all_reduce(reduce_op, leaves,
+                                                                          options)
         if kind is np.ndarray:
             return reduced[0]
         if kind is list:
@@ -231,11 +226,11 @@ class ReplicaContext:
         if self._is_single_replica():
             return value
 
-        def merge_fn(strategy: "Strategy", boxes: PerReplica | _Contribution) -> list[Any]:
-            return strategy.extended.all_gather_leaves(_per_leaf(boxes), axis, options)
+        def merge_fn(strategy: "Strategy", boxes: PerReplica | Contribution) -> list[Any]:
+            return strategy.extended.all_gather_leaves(per_leaf(boxes), axis, options)
 
         with user_call("ReplicaContext.all_gather", axis=axis, num_values=len(flat)):
-            gathered = self.merge_call(merge_fn, args=(_Contribution(flat),))
+            gathered = self.merge_call(merge_fn, args=(Contribution(flat),))
         return nest.pack_sequence_as(value, gathered)
 
 

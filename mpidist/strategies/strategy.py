@@ -34,12 +34,14 @@ from mpidist.ops.cross_device_ops import (
     check_value_destination_pair,
 )
 from mpidist.ops.destinations import Destinations, validate_destinations
+from mpidist.ops.reduction_plan import ReductionPlan
 from mpidist.strategies.context import get_replica_context, has_strategy, wrong_strategy_scope
 from mpidist.types import Array, ReduceOp, VariableAggregation, as_reduce_op
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica, ValueContext
 from mpidist.values.regroup import select_local
 from mpidist.strategies.alone_warning import warn_if_alone
 from mpidist.strategies.update_appliers import REPLICA_UPDATES, UpdateApplier
+from mpidist.strategies.reduction_plans import GeneralPlan
 from mpidist.values.variables import Variable
 
 __all__ = ["Strategy", "StrategyExtended", "experimental_set_strategy",
@@ -378,6 +380,7 @@ class StrategyExtended:
     """The lower-level API of a strategy (``strategy.extended``)."""
 
     update_applier: UpdateApplier = REPLICA_UPDATES  # where optimizer updates run (update_appliers.py)
+    _plan: ReductionPlan | None = None  # reduction_plan's, once chosen
 
     def __init__(self, container_strategy: Strategy, devices: Iterable[DeviceSpec]) -> None:
         self._container_strategy_ref = container_strategy
@@ -522,15 +525,20 @@ class StrategyExtended:
         raise NotImplementedError(
             f"{type(self).__name__} runs one replica: all_gather returns the replica's value.")
 
-    def all_reduce_one_replica(self, reduce_op: ReduceOp, arrays: list[Array],
-                               options: CommunicationOptions | None = None
-                               ) -> list[Array] | None:
-        """The lean path of ``ReplicaContext.all_reduce`` where this worker runs one replica
-        and the job several: ``arrays`` (the replica's flat list of host arrays, checked by the
-        caller) reduced over every replica, as a list of new arrays. None where this strategy
-        has no such path for them; the replicas' values then meet in a ``merge_call``.
-        Collective where it returns arrays: every replica must call it."""
-        return None
+    def reduction_plan(self) -> ReductionPlan:
+        """How this strategy's replicas' values reach the wire (``mpidist.ops.reduction_plan``):
+        the one entry of ``ReplicaContext.all_reduce``, the one-replica-per-worker
+        ``batch_reduce_to`` and the optimizers' packed gradient sum. Decided on first use and
+        kept: the layout (replicas, workers, devices) is fixed at construction."""
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = self._choose_reduction_plan()
+        return plan
+
+    def _choose_reduction_plan(self) -> ReductionPlan:
+        """The plan for this layout: the general one (a merge_call, then the cross-device
+        ops); strategies with a direct path for theirs override this, and only this."""
+        return GeneralPlan(self, self._batch_reduce_to)
 
     def broadcast_to(self, tensor: Any, destinations: Destinations) -> Any:
         """Copy ``tensor`` to every device of ``destinations``."""

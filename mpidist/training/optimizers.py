@@ -391,11 +391,11 @@ class Optimizer:
         gradients once, sum them across ranks as one buffer, one fused kernel, no merge_call.
         False (nothing touched) where this path does not apply; the caller then takes the
         general one."""
-        extended = strategy.extended
         if self._clips_by_norm:
             return False
         reduce = aggregate and strategy.num_replicas_in_sync > 1
-        if reduce and getattr(extended, "all_reduce_packed", None) is None:
+        reduction = strategy.extended.reduction_plan() if reduce else None
+        if reduction is not None and not reduction.packs_arena:
             return False
         last = self._last_plan
         if (last is None or last.variables is not variables) \
@@ -407,8 +407,8 @@ class Optimizer:
                 or not plan.pack(0, grads, exact_dtype=reduce, signature=signature):
             return False
         flat = plan.grads[0]
-        if reduce and not extended.all_reduce_packed(flat, plan.layout):
-            return False
+        if reduction is not None:
+            reduction.all_reduce_packed(flat, plan.layout)
         self._fused_step(plan, 0, lr)
         self._count_step()
         return True

@@ -80,7 +80,6 @@ EXCLUDED.update({
     "ReplicaContext.for_replica": "internal constructor strategy.run uses",
     "StrategyExtended.all_reduce_leaves": "merge step of ReplicaContext.all_reduce, which checks "
                                           "the arguments (walked)",
-    "StrategyExtended.all_reduce_one_replica": "as StrategyExtended.all_reduce_leaves",
     "DistributedDataset.reduce": "refused whatever the arguments (its elements are PerReplica: "
                                  "the error says to use strategy.run and strategy.reduce)",
     "StrategyExtended.all_gather_leaves": "merge step of ReplicaContext.all_gather, which checks "
