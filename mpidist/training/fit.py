@@ -21,10 +21,12 @@ therefore the gradient of the mean loss of the global batch, whatever the strate
 count or size of the last batch. Same seed, same global batch: same weights.
 """
 
+from __future__ import annotations
+
 import sys
 import warnings
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import numpy as np
 
@@ -46,10 +48,13 @@ from mpidist.training.optimizers import Optimizer
 from mpidist.types import ReduceOp
 from mpidist.values.variables import Variable
 
+if TYPE_CHECKING:
+    from mpidist.strategies.strategy import Strategy
+
 __all__ = ["fit", "evaluate"]
 
 
-def _check_model(model, need_gradients=True):
+def _check_model(model: Any, need_gradients: bool = True) -> None:
     missing = [] if hasattr(model, "trainable_variables") else ["trainable_variables"]
     if need_gradients and not (hasattr(model, "loss_and_gradients") or hasattr(model, "loss")):
         missing.append("loss_and_gradients")
@@ -62,7 +67,7 @@ def _check_model(model, need_gradients=True):
     _check_trainable_variables(model)
 
 
-def _check_trainable_variables(model):
+def _check_trainable_variables(model: Any) -> None:
     """``model.trainable_variables`` is read as a list of Variables: say what is wrong with it
     in the model's terms, not as an error from deep inside the loop."""
     name = type(model).__name__
@@ -88,13 +93,13 @@ def _check_trainable_variables(model):
                 "inside `with strategy.scope():` and list those.")
 
 
-def _check_autodiff(autodiff, call):
+def _check_autodiff(autodiff: object, call: str) -> None:
     if autodiff is not None and autodiff not in BACKENDS:
         raise ValueError(f"{call}: autodiff must be one of {BACKENDS} or None (autograd for "
                          f"host arrays, JAX for GPU arrays), got {autodiff!r}.")
 
 
-def _model_outputs(model, x, y, autodiff):
+def _model_outputs(model: Any, x: Any, y: Any, autodiff: str | None) -> tuple[Any, ...]:
     """``(per_example_loss, gradients[, predictions])`` of one replica's batch: the model's
     own backward pass where it has one, else its ``loss`` differentiated by ``autodiff``."""
     if hasattr(model, "loss_and_gradients"):
@@ -104,14 +109,14 @@ def _model_outputs(model, x, y, autodiff):
     return model_loss_and_gradients(model, x, y, backend=autodiff)
 
 
-def _resolve_strategy(strategy, model, optimizer, call):
+def _resolve_strategy(strategy: Strategy | None, model: Any, optimizer: Any, call: str) -> Strategy:
     """The strategy to run ``call`` under: the one that owns the model's variables (and the
     optimizer's state), which must agree with ``strategy`` when given.
 
     Without this, a model built in ``strategy.scope()`` but trained by ``fit(model, ...)`` would
     run under the default strategy: every MPI rank alone on the whole dataset.
     """
-    owners = {}
+    owners: dict[int, tuple[Any, str]] = {}
     for var in model.trainable_variables:
         owner = getattr(var, "distribute_strategy", None)
         if owner is not None:
@@ -144,19 +149,19 @@ def _resolve_strategy(strategy, model, optimizer, call):
     return strategy
 
 
-def _distributed(strategy, dataset):
+def _distributed(strategy: Strategy, dataset: Any) -> Any:
     if isinstance(dataset, DistributedDataset):
         return dataset
     return strategy.experimental_distribute_dataset(dataset)
 
 
-def _epoch_steps(data, epoch):
+def _epoch_steps(data: Any, epoch: int) -> Iterator[Any]:
     if isinstance(data, (DistributedDataset, Dataset)):
         return epoch_iterator(data, epoch)
     return iter(data)
 
 
-def _split(batch):
+def _split(batch: Any) -> Sequence[Any]:
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         return batch
     raise ValueError(
@@ -164,7 +169,7 @@ def _split(batch):
         f"{type(batch).__name__}.")
 
 
-def _predictions(model, x, outputs):
+def _predictions(model: Any, x: Any, outputs: Any) -> Any:
     if len(outputs) > 2:
         return outputs[2]
     if not hasattr(model, "predict"):
@@ -174,21 +179,21 @@ def _predictions(model, x, outputs):
     return model.predict(x)
 
 
-def _loss_totals(per_example):
+def _loss_totals(per_example: Any) -> Any:
     """This replica's ``[sum of the per-example losses, number of examples]`` (float64)."""
     xp = array_module(per_example)
     return xp.stack([xp.asarray(per_example, dtype=np.float64).sum(),
                      xp.asarray(np.float64(np.shape(per_example)[0]))])
 
 
-def _metrics(metrics, strategy, where):
+def _metrics(metrics: Iterable[Metric | str], strategy: Strategy, where: str) -> list[Metric]:
     """Metric objects, and those given by name (Keras' "accuracy", "mse", ...) created in the
     strategy's scope."""
     with strategy.scope():
         return [metric_from(m, where) for m in metrics]
 
 
-def _update_metrics(metrics, model, x, y, outputs):
+def _update_metrics(metrics: Sequence[Metric], model: Any, x: Any, y: Any, outputs: Any) -> None:
     if metrics:
         predictions = _predictions(model, x, outputs)
         for metric in metrics:
@@ -199,7 +204,7 @@ class _Progress:
     """The chief's progress display: a tqdm bar over an epoch's steps when stderr is a
     terminal (verbose 1 / "auto"), one line per epoch otherwise (verbose 2, or not a tty)."""
 
-    def __init__(self, verbose, chief, epochs, steps):
+    def __init__(self, verbose: Any, chief: bool, epochs: int, steps: int | None) -> None:
         if verbose == "auto":
             verbose = 1
         self._on = bool(verbose) and chief
@@ -207,19 +212,19 @@ class _Progress:
         self._epochs, self._steps = epochs, steps
         self._tqdm = None
 
-    def epoch_begin(self, epoch):
+    def epoch_begin(self, epoch: int) -> None:
         if self._bar:
             from tqdm import tqdm  # noqa: PLC0415 - only for interactive runs
 
             self._tqdm = tqdm(total=self._steps, desc=f"Epoch {epoch + 1}/{self._epochs}",
                               unit="step", leave=True)
 
-    def step(self, logs):
+    def step(self, logs: Any) -> None:
         if self._tqdm is not None:
             self._tqdm.update(1)
             self._tqdm.set_postfix({k: f"{v:.4g}" for k, v in logs.items()}, refresh=False)
 
-    def epoch_end(self, epoch, logs):
+    def epoch_end(self, epoch: int, logs: Any) -> None:
         if self._tqdm is not None:
             self._tqdm.set_postfix({k: f"{v:.4g}" for k, v in logs.items()})
             self._tqdm.close()
@@ -230,7 +235,8 @@ class _Progress:
 
 
 class _FitLoop:
-    def __init__(self, model, optimizer, strategy, metrics, autodiff=None):
+    def __init__(self, model: Any, optimizer: Any, strategy: Strategy, metrics: Iterable[Metric],
+                 autodiff: str | None = None) -> None:
         self.model, self.optimizer, self.strategy = model, optimizer, strategy
         self.autodiff = autodiff
         self.metrics = list(metrics)
@@ -238,17 +244,17 @@ class _FitLoop:
         self.global_step = 0
         self._loss_sum = 0.0
         self._count = 0.0
-        self._resume = None
+        self._resume: tuple[int, int, float, float] | None = None
 
     # -- what BackupAndRestore saves and restores ---------------------------------------------
-    def epoch_totals(self):
+    def epoch_totals(self) -> tuple[float, float]:
         return self._loss_sum, self._count
 
-    def resume_at(self, epoch, step, loss_sum, count):
+    def resume_at(self, epoch: int, step: int, loss_sum: float, count: float) -> None:
         self._resume = (epoch, step, loss_sum, count)
 
     # -- one replica's step ---------------------------------------------------------------------
-    def _replica_step(self, x, y):
+    def _replica_step(self, x: Any, y: Any) -> Any:
         outputs = _model_outputs(self.model, x, y, self.autodiff)
         per_example, grads = outputs[0], list(outputs[1])
         variables = list(self.model.trainable_variables)
@@ -266,7 +272,7 @@ class _FitLoop:
         # The optimizer's settings join this all-reduce's cross-rank check: apply_gradients
         # below moves no data, so a rank with another learning rate would drift silently.
         with user_call("Optimizer.apply_gradients", **self.optimizer.hyperparameters()):
-            reduced = get_replica_context().all_reduce(
+            reduced = get_replica_context().all_reduce(  # type: ignore[union-attr]  # in run
                 ReduceOp.SUM, [_loss_totals(per_example)] + grads)
         totals, n = reduced[0], float(reduced[0][1])
         mean_grads = [g / g.dtype.type(n) for g in reduced[1:]]
@@ -275,7 +281,8 @@ class _FitLoop:
         _update_metrics(self.metrics, self.model, x, y, outputs)
         return totals
 
-    def train(self, data, epochs, callbacks, progress, steps_per_epoch, initial_epoch):
+    def train(self, data: Any, epochs: int, callbacks: Sequence[Callback], progress: _Progress,
+              steps_per_epoch: int | None, initial_epoch: int) -> dict[str, Any]:
         start_epoch, skip = initial_epoch, 0
         if self._resume is not None:
             start_epoch, skip, self._loss_sum, self._count = self._resume
@@ -333,8 +340,11 @@ class _FitLoop:
          metrics=Iterable[Metric | str], callbacks=Iterable[Callback] | Callback,
          steps_per_epoch=int | None, initial_epoch=int, verbose=Literal["auto", 0, 1, 2],
          autodiff=str | None)
-def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callbacks=(),
-        steps_per_epoch=None, initial_epoch=0, verbose="auto", autodiff=None):
+def fit(model: Any, dataset: Any, epochs: int = 1, *, optimizer: Any,
+        strategy: Strategy | None = None, metrics: Iterable[Metric | str] = (),
+        callbacks: Iterable[Callback] | Callback = (), steps_per_epoch: int | None = None,
+        initial_epoch: int = 0, verbose: Literal["auto", 0, 1, 2] = "auto",
+        autodiff: str | None = None) -> History:
     """Train ``model`` on ``dataset`` for ``epochs`` epochs; returns a History.
 
     Args:
@@ -392,7 +402,7 @@ def fit(model, dataset, epochs=1, *, optimizer, strategy=None, metrics=(), callb
     return history
 
 
-def _known_steps(data, call):
+def _known_steps(data: Any, call: str) -> int | None:
     """The steps of one pass over ``data``, or None where unknown; an epoch that could never
     end (an infinite dataset) or never start (an empty one) is refused up front, as Keras does,
     instead of training forever or reporting a NaN loss."""
@@ -409,7 +419,7 @@ def _known_steps(data, call):
     return n if n >= 0 else None
 
 
-def _refuse_empty(call):
+def _refuse_empty(call: str) -> NoReturn:
     raise ValueError(
         f"{call}: Expected input data to be non-empty: the dataset yields no batch (e.g. "
         "`batch(n, drop_remainder=True)` with fewer than n rows, or a filter or take(0) "
@@ -419,7 +429,9 @@ def _refuse_empty(call):
 @labelled("evaluate")
 @accepts(strategy="mpidist.strategies.strategy:Strategy | None",
          metrics=Iterable[Metric | str], verbose=Literal["auto", 0, 1, 2], autodiff=str | None)
-def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0, autodiff=None):
+def evaluate(model: Any, dataset: Any, *, strategy: Strategy | None = None,
+             metrics: Iterable[Metric | str] = (), verbose: Literal["auto", 0, 1, 2] = 0,
+             autodiff: str | None = None) -> dict[str, float]:
     """The mean per-example loss over ``dataset`` and each metric's result, as a dict.
 
     ``per_example_loss(x, y)`` gives the loss when the model has it; otherwise
@@ -435,7 +447,8 @@ def evaluate(model, dataset, *, strategy=None, metrics=(), verbose=0, autodiff=N
     _known_steps(data, "evaluate")  # an infinite or empty dataset is refused up front
     metrics = _metrics(metrics, strategy, "evaluate")
 
-    def replica_step(x, y):
+    def replica_step(x: Any, y: Any) -> Any:
+        outputs: tuple[Any, ...]
         if hasattr(model, "per_example_loss"):
             per_example, outputs = model.per_example_loss(x, y), ()
         elif not hasattr(model, "loss_and_gradients") and hasattr(model, "loss"):
