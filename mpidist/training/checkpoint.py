@@ -18,12 +18,15 @@ a SyncOnRead variable is a collective, and the ranks meet before and after writi
 ``user_call`` labels, so a collective mismatch names ``Checkpoint.save``, not an all-gather.
 """
 
+from __future__ import annotations
+
 import collections
 import contextlib
 import os
 import time
 import warnings
-from typing import Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -51,6 +54,9 @@ from mpidist.training.restore_agreement import agree_on_restore
 from mpidist.values.distributed_variables import is_distributed_variable
 from mpidist.values.variables import Variable
 
+if TYPE_CHECKING:
+    from mpidist.strategies.strategy import Strategy
+
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "Trackable",
            "latest_checkpoint"]
 
@@ -69,7 +75,7 @@ class Trackable(Protocol):
 
 
 # -- Arguments ----------------------------------------------------------------------------------
-def _no_options(options, method):
+def _no_options(options: Any, method: str) -> None:
     if options is not None:
         raise NotImplementedError(
             f"{method} takes no `options` (TensorFlow's CheckpointOptions have no meaning here); "
@@ -77,7 +83,7 @@ def _no_options(options, method):
         )
 
 
-def _require_cross_replica(method):
+def _require_cross_replica(method: str) -> None:
     mode = state.current_mode()
     if mode.replica_context is not None and not mode.is_default:
         raise RuntimeError(
@@ -86,11 +92,11 @@ def _require_cross_replica(method):
         )
 
 
-def _is_trackable(obj):
+def _is_trackable(obj: Any) -> bool:
     return not isinstance(obj, type) and callable(getattr(obj, "_checkpoint_dependencies", None))
 
 
-def _not_checkpointable(key, obj):
+def _not_checkpointable(key: str, obj: Any) -> TypeError:
     return TypeError(
         f"Checkpoint cannot save {key!r}: it is a {type(obj).__name__}, neither an "
         "mpidist.Variable nor a trackable object. Pass variables (wrap arrays in "
@@ -99,23 +105,23 @@ def _not_checkpointable(key, obj):
     )
 
 
-def _escape(name):
+def _escape(name: object) -> str:
     """A path component: '/' and '%' are percent-encoded so that keys stay unambiguous."""
     return str(name).replace("%", "%25").replace("/", "%2F")
 
 
 # -- The object graph ---------------------------------------------------------------------------
-def _walk(items):
+def _walk(items: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """``[(key, variable)]`` reachable from ``items`` (``(name, object)`` pairs), in order.
 
     A component of a distributed variable stands for the variable; a ShardedVariable is one
     variable (saved as one full-shape array, so any shard count restores it). The same
     variable may appear under several keys; two different variables under one key are an error.
     """
-    found = []
-    owner = {}
+    found: list[tuple[str, Any]] = []
+    owner: dict[str, Any] = {}
 
-    def visit(key, obj, ancestors):
+    def visit(key: str, obj: Any, ancestors: frozenset[int]) -> None:
         if isinstance(obj, (Variable, ShardedVariable)):
             container = obj.distributed_container if isinstance(obj, Variable) else None
             var = container if container is not None else obj
@@ -157,11 +163,11 @@ def _walk(items):
     return found
 
 
-def _strategies(variables):
+def _strategies(variables: Iterable[Any]) -> list[Strategy]:
     """The non-default strategies of ``variables`` and the current one, without repeats."""
-    found = []
+    found: list[Strategy] = []
 
-    def add(strategy):
+    def add(strategy: Strategy | None) -> None:
         if strategy is not None and not strategy.is_default \
                 and all(strategy is not s for s in found):
             found.append(strategy)
@@ -183,7 +189,7 @@ class _Coordination:
     has finished, and a failure on the writer raises on every rank.
     """
 
-    def __init__(self, strategies):
+    def __init__(self, strategies: Iterable[Strategy]) -> None:
         self.should_write = all(s.extended.should_checkpoint for s in strategies)
         self._comm = None
         self._timeout = None
@@ -195,14 +201,14 @@ class _Coordination:
                 self._timeout = None if options is None else options.timeout_seconds
                 break
 
-    def begin(self):
+    def begin(self) -> None:
         """Meet every rank before anything is written: a save that only some ranks call (e.g.
         ``if rank == 0: checkpoint.save(path)``) fails here, on every rank, with the mismatch
         error naming the call, and no file is written."""
         if self._comm is not None and self._comm.size > 1:
             self._comm.barrier(timeout=self._timeout)
 
-    def run(self, what, action):
+    def run(self, what: str, action: Callable[[], object]) -> None:
         """Run ``action`` where this worker writes; then agree with every rank on the outcome."""
         error = None
         if self.should_write:
@@ -231,7 +237,7 @@ class _Coordination:
 
 
 # -- Values -------------------------------------------------------------------------------------
-def _read_for_save(key, var):
+def _read_for_save(key: str, var: Any) -> np.ndarray[Any, Any]:
     """The host array that ``var`` saves (spec 4.5), in its strategy's cross-replica context."""
     strategy = var.distribute_strategy
     try:
@@ -253,13 +259,13 @@ def _read_for_save(key, var):
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
-def _cross_replica_scope(strategy):
+def _cross_replica_scope(strategy: Strategy) -> contextlib.AbstractContextManager[Any]:
     if state.current_mode().cross_replica is strategy.extended:
         return contextlib.nullcontext()
     return strategy.scope()
 
 
-def _assign(var, value):
+def _assign(var: Any, value: Any) -> None:
     """Assign a restored value: every component of a Mirrored one, value / N per component of
     a SyncOnRead SUM one, the value for MEAN / ONLY_FIRST_REPLICA (cross-replica rules)."""
     strategy = var.distribute_strategy
@@ -289,7 +295,7 @@ class Checkpoint:
     when the variables are created (``deferred_restore``).
     """
 
-    def __init__(self, root=None, **kwargs):
+    def __init__(self, root: Any = None, **kwargs: Any) -> None:
         if root is not None and not _is_trackable(root):
             raise TypeError(
                 f"Checkpoint(root=...) must be a trackable object (with a "
@@ -306,22 +312,23 @@ class Checkpoint:
                 raise _not_checkpointable(name, obj)
         self._root = root
         self._objects = dict(kwargs)
-        self._pending = None  # the last restore's PendingRestore (values waiting for variables)
+        # the last restore's PendingRestore (values waiting for variables)
+        self._pending: PendingRestore | None = None
         self._save_counter = Variable.plain(np.int64(0), trainable=False, name=SAVE_COUNTER_KEY)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         objects = self.__dict__.get("_objects", {})
         if name in objects:
             return objects[name]
         raise AttributeError(f"'Checkpoint' object has no attribute {name!r}")
 
     @property
-    def save_counter(self):
+    def save_counter(self) -> Variable:
         """An int64 Variable: how many times ``save`` has run (saved and restored with the rest)."""
         return self._save_counter
 
-    def _items(self):
-        items = []
+    def _items(self) -> list[tuple[str, Any]]:
+        items: list[tuple[str, Any]] = []
         if self._root is not None:
             deps = self._root._checkpoint_dependencies()
             if not isinstance(deps, dict):
@@ -335,7 +342,7 @@ class Checkpoint:
         return items
 
     # -- saving -------------------------------------------------------------------------------
-    def save(self, file_prefix, options=None):
+    def save(self, file_prefix: str | os.PathLike[str], options: None = None) -> str:
         """Increment ``save_counter`` and write ``f"{file_prefix}-{save_counter}"``; record it
         as the latest checkpoint in the directory's state file. Returns the path.
 
@@ -358,7 +365,7 @@ class Checkpoint:
                 raise
             return path
 
-    def write(self, file_prefix, options=None):
+    def write(self, file_prefix: str | os.PathLike[str], options: None = None) -> str:
         """Write the checkpoint to exactly ``file_prefix`` (no counter, no state file);
         returns the path.
 
@@ -372,7 +379,7 @@ class Checkpoint:
             self._write(path, record_state=False)
             return path
 
-    def _write(self, path, record_state):
+    def _write(self, path: str, record_state: bool) -> _Coordination:
         """Read every value (collective for SyncOnRead ones), write where this worker should,
         agree with every rank; returns the _Coordination used."""
         if self._pending is not None:
@@ -380,8 +387,8 @@ class Checkpoint:
         pairs = _walk(self._items())
         coordination = _Coordination(_strategies(var for _, var in pairs))
         coordination.begin()
-        values = {}
-        entries = []
+        values: dict[int, np.ndarray[Any, Any]] = {}
+        entries: list[tuple[str, np.ndarray[Any, Any]]] = []
         for key, var in pairs:
             arr = values.get(id(var))
             if arr is None:
@@ -389,7 +396,7 @@ class Checkpoint:
             entries.append((key, arr))
         counter = int(self._save_counter.numpy())
 
-        def write():
+        def write() -> None:
             write_checkpoint_file(path, entries, counter)
             if record_state:
                 directory = os.path.dirname(path) or os.curdir
@@ -399,7 +406,8 @@ class Checkpoint:
         return coordination
 
     # -- restoring ----------------------------------------------------------------------------
-    def restore(self, save_path, options=None):
+    def restore(self, save_path: str | os.PathLike[str] | None, options: None = None
+                ) -> CheckpointLoadStatus | InitializationOnlyStatus:
         """Restore every tracked variable that has a value in ``save_path`` (and the save
         counter). ``None`` restores nothing. Shapes and dtypes are checked for all keys before
         any variable is assigned. Returns a CheckpointLoadStatus.
@@ -457,18 +465,20 @@ class Checkpoint:
             self._pending = record
             return CheckpointLoadStatus(record, lambda: _walk(self._items()))
 
-    def _strategies(self):
+    def _strategies(self) -> list[Strategy]:
         """The strategies of the tracked variables (for the restore agreement)."""
         return _strategies([var for _, var in _walk(self._items())])
 
-    def read(self, save_path, options=None):
+    def read(self, save_path: str | os.PathLike[str] | None, options: None = None
+             ) -> CheckpointLoadStatus | InitializationOnlyStatus:
         """Restore from a file written by ``write`` (the same as ``restore``; not a
         collective)."""
         with user_call("Checkpoint.read"):
             return self.restore(save_path, options)
 
 
-def _warn_if_nothing_matched(path, saved, used, items):
+def _warn_if_nothing_matched(path: str, saved: Mapping[str, Any], used: set[str],
+                             items: Iterable[tuple[str, Any]]) -> None:
     """TF's warning for a restore that matches no key: the file has values and this
     checkpoint has variables, yet none of them share a key (the objects were passed under
     other names, or this is another model's checkpoint). The values still wait for variables
@@ -488,13 +498,13 @@ def _warn_if_nothing_matched(path, saved, used, items):
         RuntimeWarning, stacklevel=3)
 
 
-def _keys(keys, limit=8):
+def _keys(keys: Sequence[str], limit: int = 8) -> str:
     shown = ", ".join(repr(k) for k in keys[:limit])
     return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 # -- CheckpointManager --------------------------------------------------------------------------
-def _checkpoint_number(value):
+def _checkpoint_number(value: Any) -> int:
     if isinstance(value, Variable):
         value = value.numpy()
     if isinstance(value, (bool, np.bool_)):
@@ -529,9 +539,11 @@ class CheckpointManager:
         init_fn: Called by ``restore_or_initialize`` when there is no checkpoint.
     """
 
-    def __init__(self, checkpoint, directory, max_to_keep, keep_checkpoint_every_n_hours=None,
-                 checkpoint_name="ckpt", step_counter=None, checkpoint_interval=None,
-                 init_fn=None):
+    def __init__(self, checkpoint: Checkpoint, directory: str | os.PathLike[str],
+                 max_to_keep: int | None, keep_checkpoint_every_n_hours: None = None,
+                 checkpoint_name: str = "ckpt", step_counter: None = None,
+                 checkpoint_interval: None = None, init_fn: Callable[[], object] | None = None
+                 ) -> None:
         if not isinstance(checkpoint, Checkpoint):
             raise TypeError(
                 f"CheckpointManager needs an mpidist.train.Checkpoint, got a "
@@ -574,25 +586,26 @@ class CheckpointManager:
             self._latest = recovered.latest
 
     @property
-    def checkpoint(self):
+    def checkpoint(self) -> Checkpoint:
         return self._checkpoint
 
     @property
-    def directory(self):
+    def directory(self) -> str:
         return self._directory
 
     @property
-    def latest_checkpoint(self):
+    def latest_checkpoint(self) -> str | None:
         """The path of the newest checkpoint, or None."""
         return self._latest
 
     @property
-    def checkpoints(self):
+    def checkpoints(self) -> list[str]:
         """The kept checkpoints' paths, oldest first."""
         return list(self._kept)
 
     @accepts(check_interval=bool)
-    def save(self, checkpoint_number=None, check_interval=True, options=None):
+    def save(self, checkpoint_number: Any = None, check_interval: bool = True,
+             options: Any = None) -> str:
         """Save a new checkpoint (numbered ``checkpoint_number``, else the incremented save
         counter), delete the oldest beyond ``max_to_keep`` and update the state file.
         Returns the path.
@@ -607,7 +620,7 @@ class CheckpointManager:
             number = None if checkpoint_number is None else _checkpoint_number(checkpoint_number)
             return self._save(number)
 
-    def _save(self, number):
+    def _save(self, number: int | None) -> str:
         counter = self._checkpoint.save_counter
         before = int(counter.numpy())
         counter.assign(np.int64(before + 1), read_value=False)
@@ -620,11 +633,11 @@ class CheckpointManager:
         self._kept.pop(path, None)
         self._kept[path] = time.time()
         self._latest = path
-        doomed = []
+        doomed: list[str] = []
         while self._max_to_keep is not None and len(self._kept) > self._max_to_keep:
             doomed.append(self._kept.popitem(last=False)[0])
 
-        def sweep_and_record():
+        def sweep_and_record() -> None:
             for old in doomed:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(old)
@@ -636,7 +649,7 @@ class CheckpointManager:
         coordination.run(f"Updating the checkpoint state in {self._directory!r}", sweep_and_record)
         return path
 
-    def restore_or_initialize(self):
+    def restore_or_initialize(self) -> str | None:
         """Restore the latest checkpoint and return its path; without one call ``init_fn``
         (if given) and return None.
 
