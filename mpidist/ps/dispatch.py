@@ -36,6 +36,10 @@ __all__ = ["Closure", "Dispatcher"]
 
 log = get_logger("mpidist.ps")
 
+# How long the dispatcher keeps polling after a message: empty closures/s 4.2-4.3k with 0
+# against 5.7-8.2k with 200 µs (2 workers, 2 cores shared with other jobs).
+_SPIN_SECONDS = 200e-6
+
 
 @dataclasses.dataclass(eq=False)
 class Closure:
@@ -194,9 +198,11 @@ class Dispatcher:
     def _loop(self) -> None:
         transport = self._runtime.transport
         use_client(self._runtime.client)  # results may hold variables of this rank
-        # The chief's thread shares the cores with the workers: it does not spin. Two closures
-        # in flight per worker hide the sleep (a worker has its next closure while one runs).
-        backoff = Backoff(spin_seconds=0.0, quick_polls=0)
+        # The chief's thread shares the cores with the workers: it polls, yielding the core
+        # between polls, for only _SPIN_SECONDS after its last message, then sleeps. Two
+        # closures in flight per worker hide the sleep (a worker has its next closure while one
+        # runs); the short spin catches the results of short closures without a sleep.
+        backoff = Backoff(spin_seconds=_SPIN_SECONDS, quick_polls=0)
         while True:  # the job's lifetime: until shutdown
             with self._cond:
                 if self._stopping:
@@ -217,6 +223,7 @@ class Dispatcher:
         with self._cond:
             if self._error is not None or self._fatal is not None:
                 return False  # queued closures wait: they are cancelled when the error is raised
+            full = len(self._queue) >= self._capacity  # schedule() may wait for room
             for worker in self._workers:
                 while worker.alive and len(worker.inflight) < self._per_worker:
                     if worker.tagged:
@@ -228,7 +235,7 @@ class Dispatcher:
                     closure.sent_generation = worker.generation
                     worker.inflight[closure.closure_id] = closure
                     picks.append((worker, closure))
-            if picks:
+            if picks and full:
                 self._cond.notify_all()
         for worker, closure in picks:
             self._send(worker, closure)
@@ -299,7 +306,11 @@ class Dispatcher:
                     self._record_error(closure, loads_error(value))
                 if outcome == Outcome.STUCK and worker.alive:
                     self._fail(worker, f"closure {closure_id} ran past MPIDIST_PS_CLOSURE_TIMEOUT")
-            self._cond.notify_all()
+            # The user's waits (join, a full queue, shutdown) end on an error or with nothing in
+            # flight; waking them for every result costs the dispatcher a thread switch per
+            # closure. Their progress deadlines still see each result at their next poll.
+            if outcome != Outcome.OK or not self._inflight_count():
+                self._cond.notify_all()
 
     def _record_error(self, closure: Closure, error: BaseException) -> None:
         if closure.worker is not None:
