@@ -31,7 +31,10 @@ from mpidist.ps.transport import MPITransport
 from mpidist.ps.updates import PARAMETER_SERVER_UPDATES
 from mpidist.ps.sharded_variable import ShardedVariable
 from mpidist.ps.variables import PSVariable, VariableHandle
-from mpidist.strategies.one_device import OneDeviceExtended
+from mpidist.ops.destinations import Destinations
+from mpidist.strategies.one_local_replica import call_one_replica
+from mpidist.strategies.replica_context import ReplicaContext
+from mpidist.strategies.single_replica import SingleReplicaExtended
 from mpidist.strategies.strategy import Strategy
 from mpidist.types import VariableAggregation, VariableSynchronization
 from mpidist.values.variables import Variable, as_aggregation, as_synchronization, initial_array
@@ -159,15 +162,18 @@ class ParameterServerStrategy(Strategy):
         return self
 
 
-class ParameterServerExtended(OneDeviceExtended):
-    """One replica per worker (run as OneDeviceStrategy runs it, on the worker's CPU);
-    variables are PSVariables (or ShardedVariables of them)."""
+class ParameterServerExtended(SingleReplicaExtended):
+    """One replica per worker, on the worker's CPU: ``run`` is ``call_one_replica``, as for
+    OneDeviceStrategy, whose variable creation it does not inherit only to replace; variables
+    are PSVariables (or ShardedVariables of them)."""
 
     update_applier = PARAMETER_SERVER_UPDATES  # optimizer updates run on the servers
 
     def __init__(self, container_strategy: Strategy, runtime: TaskRuntime,
                  variable_partitioner: Any) -> None:
-        super().__init__(container_strategy, parse_device("/cpu:0"))
+        device = parse_device("/cpu:0")
+        super().__init__(container_strategy, devices=(device,))
+        self._device = device
         self._runtime = runtime
         self._partitioner = variable_partitioner
         self._ids = itertools.count(1)
@@ -226,6 +232,15 @@ class ParameterServerExtended(OneDeviceExtended):
         self._runtime.pulse = ChiefPulse(self._runtime.transport, self._runtime.roles)
         if isinstance(self._runtime.transport, MPITransport):  # an in-process cluster stops itself
             atexit.register(shutdown_job, cast(ParameterServerStrategy, self._container_strategy()))
+
+    def _call_for_each_replica(self, fn: Callable[..., Any], args: tuple[Any, ...],
+                               kwargs: dict[str, Any]) -> Any:
+        # A new context per run, as TF makes one: a context kept from an earlier run is stale.
+        ctx = ReplicaContext.for_replica(self._container_strategy(), 0, 0)
+        return call_one_replica(ctx, self._device, fn, args, kwargs)
+
+    def _broadcast_to(self, tensor: Any, destinations: Destinations) -> Any:
+        return tensor  # one replica: it has the value already
 
     def _distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any],
                                            options: Any) -> DatasetsFromFunction:
