@@ -4,7 +4,11 @@
 Nothing here imports Numba; ``cpu_kernels()`` / ``cuda_kernels()`` compile on first use.
 """
 
+from __future__ import annotations
+
 import sys
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -18,31 +22,31 @@ KERNEL_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "float64",
 _HALF = np.dtype(np.float16)
 
 
-def is_device_array(x):
+def is_device_array(x: Any) -> bool:
     """True for GPU arrays: CuPy, Numba device arrays (and the CUDA simulator's)."""
     if type(x) is np.ndarray:  # the common case, without hasattr's failed lookup (~0.3 us)
         return False
     return hasattr(x, "__cuda_array_interface__") or bool(getattr(x, "__cuda_ndarray__", False))
 
 
-def cpu_kernels():
+def cpu_kernels() -> ModuleType:
     from mpidist.kernels import cpu  # noqa: PLC0415 - imports Numba, so only when first needed
 
     return cpu
 
 
-def cuda_kernels():
+def cuda_kernels() -> ModuleType:
     from mpidist.kernels import cuda  # noqa: PLC0415 - imports numba.cuda, only on GPU paths
 
     return cuda
 
 
-def _cupy_of(x):
+def _cupy_of(x: Any) -> Any:
     cupy = sys.modules.get("cupy")
     return cupy if cupy is not None and isinstance(x, cupy.ndarray) else None
 
 
-def flat_host(x):
+def flat_host(x: Any) -> Any:
     """``x`` as a 1-D C-contiguous NumPy array (a view when it already is one), float16 as
     its uint16 bits (Numba's CPU target has no float16)."""
     a = x if type(x) is np.ndarray else np.asarray(x)
@@ -51,7 +55,7 @@ def flat_host(x):
     return a.view(np.uint16) if a.dtype == _HALF else a
 
 
-def flat_device(x, what="array"):
+def flat_device(x: Any, what: str = "array") -> Any:
     """``x`` as a 1-D contiguous device array that a Numba CUDA kernel accepts. For CuPy
     arrays call it inside ``kernels.cuda.on_device_of(x)`` (a copy lands on the current GPU)."""
     cupy = _cupy_of(x)
@@ -69,7 +73,7 @@ def flat_device(x, what="array"):
     return x.reshape(x.size) if x.ndim != 1 else x
 
 
-def empty_like_family(like, shape, dtype):
+def empty_like_family(like: Any, shape: Any, dtype: Any) -> Any:
     """An uninitialised array of ``shape``/``dtype`` where ``like`` lives (host or its GPU)."""
     if not is_device_array(like):
         return np.empty(shape, dtype)
@@ -82,12 +86,12 @@ def empty_like_family(like, shape, dtype):
     return cuda.device_array(shape, dtype)
 
 
-def is_c_contiguous(x):
+def is_c_contiguous(x: Any) -> bool:
     method = getattr(x, "is_c_contiguous", None)  # Numba device arrays
     return method() if callable(method) else bool(x.flags.c_contiguous)
 
 
-def check_out(out, shape, dtype, what="out"):
+def check_out(out: Any, shape: Any, dtype: Any, what: str = "out") -> None:
     """Raise ValueError unless ``out`` has ``shape`` and ``dtype`` and is C-contiguous."""
     if tuple(out.shape) != tuple(shape) or np.dtype(out.dtype) != np.dtype(dtype):
         raise ValueError(

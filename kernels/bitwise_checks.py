@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 import warnings
 
 import numpy as np
@@ -29,7 +30,7 @@ import numpy as np
 __all__ = ["run_checks", "check_names", "on_simulator", "MARKER", "main"]
 
 MARKER = "CUDASIM-REPORT: "
-CHECKS = {}
+CHECKS: dict[str, Callable[[], None]] = {}
 
 REDUCE_DTYPES = ["float16", "float32", "float64", "int32", "int64"]
 REDUCE_SHAPES = [(), (0,), (3, 0), (1,), (7,), (4, 5), (300,)]
@@ -83,7 +84,7 @@ def bits(a):
     return a.view(UINT_OF_SIZE[a.dtype.itemsize])
 
 
-_ULPS = []  # the largest ulp difference of each comparison of the running check
+_ULPS: list[int] = []  # the largest ulp difference of each comparison of the running check
 
 
 def ulp_difference(got, expected):

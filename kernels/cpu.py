@@ -12,6 +12,7 @@ while each inner loop is a plain vectorisable ``a + b``.
 import math
 import os
 import threading
+from typing import Any
 
 import numpy as np
 from numba import njit, prange
@@ -26,7 +27,7 @@ PARALLEL_MIN_BYTES = 1 << 20
 # On fewer than 4 cores a busy neighbour (another rank, a replica thread) stalls the thread
 # pool's barrier: measured 50x slower than serial at 4 MiB under load on 2 cores. Serial there.
 PARALLEL = (os.cpu_count() or 1) >= 4
-_OPTS = {"cache": True, "nogil": True, "boundscheck": False}
+_OPTS: dict[str, Any] = {"cache": True, "nogil": True, "boundscheck": False}
 # Numba's workqueue threading layer aborts the process on concurrent parallel launches from
 # several threads (replica threads may reduce at once); serialise the parallel kernels.
 _parallel_lock = threading.Lock()

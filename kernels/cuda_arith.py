@@ -16,9 +16,12 @@ return None, so there the ops are NumPy scalar operations of the dtype, which ro
 does: the simulator checks the order of operations, the compile check the rounding.
 """
 
+from __future__ import annotations
+
 import functools
 import operator
 from collections import namedtuple
+from typing import Any
 
 import numpy as np
 from numba import config
@@ -31,7 +34,7 @@ ROUNDED_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 
 
 @functools.cache
-def ops_for(dtype):
+def ops_for(dtype: Any) -> Any:
     """The ``Ops(add, mul, div, sqrt)`` a kernel of ``dtype`` calls: round-to-nearest
     intrinsics for float32/float64, the plain (wrapping) operators for integers (their results
     are exact modulo 2**bits, nothing to round; ``div``/``sqrt`` are None).
@@ -45,7 +48,7 @@ def ops_for(dtype):
     if dtype not in ROUNDED_DTYPES:
         raise ValueError(f"ops_for: no rounded arithmetic for dtype {dtype}; float32, float64 and "
                          "integer dtypes have it (float16 data is summed in float64).")
-    if config.ENABLE_CUDASIM:
+    if config.ENABLE_CUDASIM:  # type: ignore[attr-defined]  # set at run time, not in the stubs
         return _numpy_ops(dtype.type)
     from numba.cuda import libdevice as ld  # noqa: PLC0415 - the real CUDA target only
 
@@ -54,19 +57,19 @@ def ops_for(dtype):
     return Ops(ld.dadd_rn, ld.dmul_rn, ld.ddiv_rn, ld.dsqrt_rn)
 
 
-def _numpy_ops(t):
+def _numpy_ops(t: Any) -> Any:
     """The simulator's stand-ins: one NumPy operation in dtype ``t``, rounded once as IEEE."""
 
-    def add(a, b):
+    def add(a: Any, b: Any) -> Any:
         return t(a) + t(b)
 
-    def mul(a, b):
+    def mul(a: Any, b: Any) -> Any:
         return t(a) * t(b)
 
-    def div(a, b):
+    def div(a: Any, b: Any) -> Any:
         return t(a) / t(b)
 
-    def sqrt(a):
+    def sqrt(a: Any) -> Any:
         return np.sqrt(t(a))
 
     return Ops(add, mul, div, sqrt)

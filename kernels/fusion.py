@@ -2,8 +2,11 @@
 optionally casting on the way (float32 -> float16 for compressed transfers), plus a pool of
 persistent flat buffers reused across calls."""
 
-import numpy as np
+from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 from mpidist.kernels.arrays import (
     check_out,
     cpu_kernels,
@@ -21,7 +24,7 @@ _CHUNK = 8  # tensors per kernel launch; must equal kernels.cpu.CHUNK
 _SUPPORTED_KINDS = "fiu"
 
 
-def _check_dtype(dtype, what):
+def _check_dtype(dtype: Any, what: str) -> Any:
     dtype = np.dtype(dtype)
     if dtype.kind not in _SUPPORTED_KINDS:
         raise ValueError(
@@ -30,7 +33,7 @@ def _check_dtype(dtype, what):
     return dtype
 
 
-def _host_mode(src_dtype, dst_dtype):
+def _host_mode(src_dtype: Any, dst_dtype: Any) -> Any:
     """CPU copy mode: 0 same representation kind, 1 into float16 bits, 2 out of float16 bits."""
     src_half, dst_half = src_dtype == np.float16, dst_dtype == np.float16
     if src_half == dst_half:
@@ -38,7 +41,7 @@ def _host_mode(src_dtype, dst_dtype):
     return 1 if dst_half else 2
 
 
-def _source_dtype(tensors):
+def _source_dtype(tensors: Any) -> Any:
     dtype = np.dtype(tensors[0].dtype)
     for i, t in enumerate(tensors):
         if t.dtype != dtype:
@@ -49,7 +52,7 @@ def _source_dtype(tensors):
     return _check_dtype(dtype, "pack: the tensors")
 
 
-def _chunks(arrays, starts, pad):
+def _chunks(arrays: Any, starts: Any, pad: Any) -> Any:
     """(tuple of CHUNK arrays, tuple of CHUNK starts, real count) per launch."""
     for i in range(0, len(arrays), _CHUNK):
         part = arrays[i:i + _CHUNK]
@@ -58,7 +61,7 @@ def _chunks(arrays, starts, pad):
                tuple(starts[i:i + _CHUNK]) + (0,) * (_CHUNK - count), count)
 
 
-def _same_type_tuple(arrays):
+def _same_type_tuple(arrays: Any) -> Any:
     # Numba's tuples must hold one array type: read-only arrays differ from writable ones.
     if all(a.flags.writeable for a in arrays):
         return arrays
@@ -70,7 +73,7 @@ def _same_type_tuple(arrays):
     return views
 
 
-def pack(tensors, out=None, dtype=None, layout=None):
+def pack(tensors: Any, out: Any = None, dtype: Any = None, layout: Any = None) -> Any:
     """Copy ``tensors`` end to end into one flat buffer, casting to ``dtype`` on the way.
 
     Args:
@@ -115,7 +118,7 @@ def pack(tensors, out=None, dtype=None, layout=None):
     return out
 
 
-def reduce_pack(replicas, layout, divisor=None, out=None):
+def reduce_pack(replicas: Any, layout: Any, divisor: Any = None, out: Any = None) -> Any:
     """Reduce each tensor's replicas straight into one flat buffer: pack and N-way reduce in
     one pass, for host replicas (virtual CPU devices share memory, so nothing needs copying).
 
@@ -164,7 +167,7 @@ def reduce_pack(replicas, layout, divisor=None, out=None):
     return out
 
 
-def _pack_single_replica(replicas, layout, dtype, out):
+def _pack_single_replica(replicas: Any, layout: Any, dtype: Any, out: Any) -> Any:
     """One replica: the "reduce" is a pack, and one concatenate call beats the chunked kernel
     launches for the many small tensors of a model."""
     ndarray = np.ndarray
@@ -184,7 +187,7 @@ def _pack_single_replica(replicas, layout, dtype, out):
     return out
 
 
-def _reject_replica(a, k, shape, dtype):
+def _reject_replica(a: Any, k: Any, shape: Any, dtype: Any) -> None:
     if is_device_array(a):
         raise ValueError("reduce_pack takes host arrays; on GPUs use pack() and reduce_n().")
     if np.dtype(getattr(a, "dtype", object)) != dtype or tuple(a.shape) != shape:
@@ -196,7 +199,7 @@ def _reject_replica(a, k, shape, dtype):
         raise ValueError(f"reduce_pack: tensor {k} has a replica that is not an array: {type(a)}.")
 
 
-def unpack(flat, layout, out=None, dtype=None):
+def unpack(flat: Any, layout: Any, out: Any = None, dtype: Any = None) -> Any:
     """The tensors of ``layout`` read back out of ``flat``.
 
     Without ``out`` and without a cast the results are views into ``flat`` (no copy: they
@@ -238,7 +241,7 @@ def unpack(flat, layout, out=None, dtype=None):
     return out
 
 
-def cast(x, dtype, out=None):
+def cast(x: Any, dtype: Any, out: Any = None) -> Any:
     """``x`` converted to ``dtype`` by the kernel of its device (float16 rounding: to nearest
     even, as NumPy)."""
     dst_dtype = _check_dtype(dtype, "cast: dtype")
@@ -258,7 +261,7 @@ def cast(x, dtype, out=None):
     return out
 
 
-def _pack_device(tensors, out, layout):
+def _pack_device(tensors: Any, out: Any, layout: Any) -> None:
     cuda = cuda_kernels()
     with cuda.on_device_of(tensors[0]) as stream:
         flat = flat_device(out, "out")
@@ -267,7 +270,7 @@ def _pack_device(tensors, out, layout):
             cuda.pack_chunk(flat, srcs, starts, count, [s.size for s in srcs[:count]], stream)
 
 
-def _unpack_device(flat, out, layout):
+def _unpack_device(flat: Any, out: Any, layout: Any) -> None:
     cuda = cuda_kernels()
     with cuda.on_device_of(flat) as stream:
         source = flat_device(flat, "flat buffer")
@@ -284,10 +287,10 @@ class BufferPool:
     that runs concurrently keeps its own (CrossDeviceOps hold one per instance under a lock).
     """
 
-    def __init__(self):
-        self._buffers = {}
+    def __init__(self) -> None:
+        self._buffers: dict[Any, Any] = {}
 
-    def get(self, like, length, dtype, slot=0):
+    def get(self, like: Any, length: Any, dtype: Any, slot: Any = 0) -> Any:
         """The pooled buffer of ``length`` elements of ``dtype`` where ``like`` lives.
 
         ``slot`` tells apart several buffers of one size needed at once (e.g. one per replica).
@@ -301,19 +304,19 @@ class BufferPool:
             self._buffers[key] = buf
         return buf
 
-    def clear(self):
+    def clear(self) -> None:
         self._buffers.clear()
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> Any:
         return sum(int(b.nbytes) for b in self._buffers.values())
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._buffers)
 
 
-def _place_of(x):
+def _place_of(x: Any) -> Any:
     if not is_device_array(x):
         return ("host", -1)
-    device = getattr(x, "device", None)
+    device: Any = getattr(x, "device", None)
     return ("gpu", int(device.id) if hasattr(device, "id") else 0)

@@ -1,7 +1,11 @@
 """Where each tensor sits in a flat fusion buffer: the offsets table, and TF's ways of cutting
 a list of tensors into packs. Pure Python, no Numba: plans are cheap and cached by the caller."""
 
+from __future__ import annotations
+
 import math
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -17,10 +21,11 @@ class FusionLayout:
 
     __slots__ = ("shapes", "sizes", "starts", "total", "_hash")
 
-    def __init__(self, shapes):
+    def __init__(self, shapes: Iterable[Iterable[int]]) -> None:
         self.shapes = tuple(tuple(int(d) for d in s) for s in shapes)
         self.sizes = tuple(math.prod(s) for s in self.shapes)
-        starts, offset = [], 0
+        starts: list[int] = []
+        offset = 0
         for n in self.sizes:
             starts.append(offset)
             offset += n
@@ -29,22 +34,22 @@ class FusionLayout:
         self._hash = hash(self.shapes)
 
     @classmethod
-    def of(cls, tensors):
+    def of(cls, tensors: Iterable[Any]) -> FusionLayout:
         return cls([np.shape(t) for t in tensors])
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.shapes)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, FusionLayout) and other.shapes == self.shapes
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return self._hash
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"FusionLayout({len(self.shapes)} tensors, {self.total} elements)"
 
-    def views(self, flat):
+    def views(self, flat: Any) -> list[Any]:
         """Tensor-shaped views into ``flat`` (no copies), one per entry of the table."""
         if flat.shape != (self.total,):
             raise ValueError(
@@ -55,7 +60,7 @@ class FusionLayout:
                 for s, n, shape in zip(self.starts, self.sizes, self.shapes)]
 
 
-def split_sizes(total, num_packs):
+def split_sizes(total: int, num_packs: int) -> list[int]:
     """TF's concat-and-split cut of ``total`` elements into ``num_packs`` packs.
 
     Every pack gets ``total // num_packs`` elements and the last one also gets the remainder:
@@ -67,7 +72,7 @@ def split_sizes(total, num_packs):
     return [size] * (num_packs - 1) + [total - size * (num_packs - 1)]
 
 
-def group_by_size(nbytes, bytes_per_pack):
+def group_by_size(nbytes: Sequence[int], bytes_per_pack: int) -> list[list[int]]:
     """TF's greedy packing: indices of consecutive tensors grouped into packs.
 
     A new pack starts once the current one holds strictly more than ``bytes_per_pack`` bytes,
@@ -86,7 +91,9 @@ def group_by_size(nbytes, bytes_per_pack):
         return []
     if bytes_per_pack == 0:
         return [list(range(len(nbytes)))]
-    packs, current, size = [], [], 0
+    packs: list[list[int]] = []
+    current: list[int] = []
+    size = 0
     for i, n in enumerate(nbytes):
         if current and size > bytes_per_pack:
             packs.append(current)

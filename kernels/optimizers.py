@@ -13,6 +13,10 @@ compile check (tests/scenarios/test_kernels_compiled.py) fails on any FMA in the
 twin is chosen by where the arrays live. Importing this module compiles nothing.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import numpy as np
 
 __all__ = ["sgd_update", "sgd_momentum_update", "adam_update", "FUSED_DTYPES"]
@@ -23,20 +27,20 @@ FUSED_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
 _cpu = None
 
 
-def _cpu_kernels():
+def _cpu_kernels() -> Any:
     global _cpu
     if _cpu is None:
         from numba import njit  # noqa: PLC0415 - compile on first use only
 
-        opts = {"cache": True, "nogil": True, "boundscheck": False}
+        opts: dict[str, Any] = {"cache": True, "nogil": True, "boundscheck": False}
 
         @njit(**opts)
-        def sgd(w, g, lr):
+        def sgd(w: Any, g: Any, lr: Any) -> None:
             for i in range(w.size):
                 w[i] = w[i] - lr * g[i]
 
         @njit(**opts)
-        def sgd_momentum(w, g, m, lr, momentum, nesterov):
+        def sgd_momentum(w: Any, g: Any, m: Any, lr: Any, momentum: Any, nesterov: Any) -> None:
             for i in range(w.size):
                 gi = g[i]
                 mi = momentum * m[i] - lr * gi
@@ -47,7 +51,8 @@ def _cpu_kernels():
                     w[i] = w[i] + mi
 
         @njit(**opts)
-        def adam(w, g, m, v, vhat, alpha, one_minus_b1, one_minus_b2, eps, amsgrad):
+        def adam(w: Any, g: Any, m: Any, v: Any, vhat: Any, alpha: Any, one_minus_b1: Any,
+                 one_minus_b2: Any, eps: Any, amsgrad: Any) -> None:
             for i in range(w.size):
                 gi = g[i]
                 mi = m[i] + (gi - m[i]) * one_minus_b1
@@ -65,7 +70,7 @@ def _cpu_kernels():
     return _cpu
 
 
-def _launch(index, w, *args):
+def _launch(index: Any, w: Any, *args: Any) -> Any:
     """Run kernel ``index`` of the twin matching where ``w`` lives (on w's GPU and stream)."""
     if isinstance(w, np.ndarray):
         return _cpu_kernels()[index](w, *args)
@@ -80,7 +85,7 @@ def _launch(index, w, *args):
         cuda.launch(kernel, cuda.launch_config(w.size), stream, *arrays)
 
 
-def _check(w, *others):
+def _check(w: Any, *others: Any) -> None:
     for a in others:
         if a.shape != w.shape or a.dtype != w.dtype:
             raise ValueError(
@@ -91,20 +96,21 @@ def _check(w, *others):
                          f"of shape {w.shape}.")
 
 
-def sgd_update(w, g, lr):
+def sgd_update(w: Any, g: Any, lr: Any) -> None:
     """``w -= lr * g`` in place (lr already in w's dtype)."""
     _check(w, g)
     _launch(0, w, g, lr)
 
 
-def sgd_momentum_update(w, g, m, lr, momentum, nesterov):
+def sgd_momentum_update(w: Any, g: Any, m: Any, lr: Any, momentum: Any, nesterov: Any) -> None:
     """Keras's momentum rule in place: ``m = momentum * m - lr * g``; ``w += m``, or with
     Nesterov ``w += momentum * m - lr * g`` (with the new ``m``)."""
     _check(w, g, m)
     _launch(1, w, g, m, lr, momentum, bool(nesterov))
 
 
-def adam_update(w, g, m, v, vhat, alpha, one_minus_b1, one_minus_b2, eps):
+def adam_update(w: Any, g: Any, m: Any, v: Any, vhat: Any, alpha: Any, one_minus_b1: Any,
+                one_minus_b2: Any, eps: Any) -> None:
     """Keras's Adam rule in place; ``vhat`` is the AMSGrad maximum, or None without it.
     ``alpha`` is ``lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)``, cast to the dtype."""
     amsgrad = vhat is not None

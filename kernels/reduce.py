@@ -1,7 +1,10 @@
 """N-way element-wise reduction of equally shaped buffers, in one pass over memory."""
 
-import numpy as np
+from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 from mpidist.kernels.arrays import (
     KERNEL_DTYPES,
     check_out,
@@ -16,7 +19,7 @@ from mpidist.kernels.arrays import (
 __all__ = ["reduce_n"]
 
 
-def _check_buffers(buffers):
+def _check_buffers(buffers: Any) -> None:
     if not buffers:
         raise ValueError("reduce_n needs at least one buffer to reduce.")
     first = buffers[0]
@@ -44,7 +47,7 @@ def _check_buffers(buffers):
         )
 
 
-def _uniform_host(flats):
+def _uniform_host(flats: Any) -> Any:
     # A Numba tuple must hold one array type; read-only views differ in type from writable ones.
     if all(f.flags.writeable for f in flats) or not any(f.flags.writeable for f in flats):
         return tuple(flats)
@@ -56,7 +59,7 @@ def _uniform_host(flats):
     return tuple(views)
 
 
-def reduce_n(buffers, out=None, divisor=None, xp=None):
+def reduce_n(buffers: Any, out: Any = None, divisor: Any = None, xp: Any = None) -> Any:
     """Sum ``buffers`` element-wise into ``out``, divided by ``divisor`` if given (MEAN).
 
     Runs the fused Numba kernel of the buffers' device (CPU ``njit``, parallel for large
@@ -112,7 +115,7 @@ def reduce_n(buffers, out=None, divisor=None, xp=None):
     return out
 
 
-def _overlaps(buffer, out):
+def _overlaps(buffer: Any, out: Any) -> bool:
     """Whether host arrays share memory (a view of a later buffer would be read after being
     overwritten). Device arrays are only checked for identity."""
     if isinstance(buffer, np.ndarray) and isinstance(out, np.ndarray):
@@ -120,7 +123,7 @@ def _overlaps(buffer, out):
     return False
 
 
-def _reduce_device(summed, buffers, divisor, dtype):
+def _reduce_device(summed: Any, buffers: Any, divisor: Any, dtype: Any) -> None:
     cuda = cuda_kernels()
     with cuda.on_device_of(buffers[0]) as stream:
         flats = tuple(flat_device(b, "buffer") for b in buffers)
@@ -131,7 +134,7 @@ def _reduce_device(summed, buffers, divisor, dtype):
             cuda.reduce_into(target, flats, divisor, stream)
 
 
-def _array_module(x):
+def _array_module(x: Any) -> Any:
     if is_device_array(x) and not isinstance(x, np.ndarray):
         import sys  # noqa: PLC0415
 
@@ -142,7 +145,7 @@ def _array_module(x):
     return np
 
 
-def _reduce_library(buffers, out, divisor):
+def _reduce_library(buffers: Any, out: Any, divisor: Any) -> Any:
     """The array library's loops, for dtypes the kernels are not compiled for."""
     xp = _array_module(buffers[0])
     first = buffers[0]

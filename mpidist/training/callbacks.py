@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import numpy as np
 
@@ -19,7 +19,6 @@ from mpidist.values.variables import Variable
 
 if TYPE_CHECKING:
     from mpidist.strategies.strategy import Strategy
-    from mpidist.training.fit import _FitLoop
 
 __all__ = ["Callback", "ModelCheckpoint", "BackupAndRestore", "History", "ModelVariables",
            "check_callbacks"]
@@ -49,6 +48,18 @@ def check_callbacks(callbacks: Iterable[Callback]) -> None:
                     + ": their checkpoints would overwrite and delete each other's. Give each "
                     "its own directory (e.g. 'run/checkpoints' and 'run/backup').")
         owners.append((cb, here))
+
+
+class _TrainingLoop(Protocol):
+    """What BackupAndRestore reads and sets of the loop ``fit`` attaches (fit's own loop)."""
+
+    metrics: list[Any]
+    epoch: int
+    global_step: int
+
+    def epoch_totals(self) -> tuple[float, float]: ...
+
+    def resume_at(self, epoch: int, step: int, loss_sum: float, count: float) -> None: ...
 
 
 def _described(cb: Any) -> str:
@@ -188,14 +199,14 @@ class BackupAndRestore(Callback):
         # set by on_train_begin (manager, _progress) and by fit (attach)
         self.manager: CheckpointManager = None  # type: ignore[assignment]
         self._progress: Variable = None  # type: ignore[assignment]
-        self._loop: _FitLoop = None  # type: ignore[assignment]
+        self._loop: _TrainingLoop = None  # type: ignore[assignment]
 
     @property
     def managed_directory(self) -> str:
         """The directory this callback writes and deletes (``check_callbacks``)."""
         return self.backup_dir
 
-    def attach(self, loop: _FitLoop) -> None:
+    def attach(self, loop: _TrainingLoop) -> None:
         """Called by fit: the loop whose position (epoch, step, loss totals) is backed up."""
         self._loop = loop
 
