@@ -63,29 +63,34 @@ def require_cross_replica_or_default(extended: "StrategyExtended") -> None:
     )
 
 
+def _enter_scope(strategy: "Strategy") -> state.Mode | None:
+    """What entering ``strategy.scope()`` does, for the scope and for ``run`` alike: push the
+    strategy's cross-replica mode and return it; None where that context is current already
+    (re-entry pushes nothing). Raises inside another strategy's scope or in a replica."""
+    if not state.current_mode().is_default:
+        require_cross_replica_or_default(strategy.extended)
+        return None
+    mode = strategy._run_mode
+    state.push_mode(mode)
+    return mode
+
+
 class _StrategyScope:
     """``with strategy.scope():`` — enters the strategy's cross-replica context."""
 
     def __init__(self, strategy: "Strategy") -> None:
         self._strategy = strategy
-        self._mode: state.Mode | None = None
-        self._same_scope_again = 0
+        self._mode: state.Mode | None = None  # the global one (experimental_set_strategy)
+        self._entered: list[state.Mode | None] = []  # one per active ``with`` of this object
 
     def __enter__(self) -> "Strategy":
-        strategy = self._strategy
-        if has_strategy():
-            require_cross_replica_or_default(strategy.extended)
-            self._same_scope_again += 1
-        else:
-            self._mode = state.Mode(strategy, cross_replica=strategy.extended)
-            state.push_mode(self._mode)
-        return strategy
+        self._entered.append(_enter_scope(self._strategy))
+        return self._strategy
 
     def __exit__(self, *exc: object) -> Literal[False]:
-        if self._same_scope_again:
-            self._same_scope_again -= 1
-        else:
-            state.pop_mode(self._mode)
+        mode = self._entered.pop()
+        if mode is not None:
+            state.pop_mode(mode)
         return False
 
     def _enter_global(self) -> None:
@@ -238,22 +243,12 @@ class Strategy:
         """
         _check_callable("Strategy.run", "fn", fn)
         kwargs = _check_run_arguments("Strategy.run", args, kwargs)
-        if self.is_default:
-            with self.scope():
-                return self._extended._call_for_each_replica(fn, tuple(args), kwargs)
-        # What ``with self.scope():`` does, without building a scope object per step.
-        extended = self._extended
-        mode = state.current_mode()
-        if mode.cross_replica is extended:  # already in this strategy's scope
-            return extended._call_for_each_replica(fn, tuple(args), kwargs)
-        if not mode.is_default:
-            require_cross_replica_or_default(extended)  # raises: another scope, or inside run
-        run_mode = self._run_mode
-        state.push_mode(run_mode)
+        mode = _enter_scope(self)  # ``with self.scope():`` without a scope object per step
         try:
-            return extended._call_for_each_replica(fn, tuple(args), kwargs)
+            return self._extended._call_for_each_replica(fn, tuple(args), kwargs)
         finally:
-            state.pop_mode(run_mode)
+            if mode is not None:
+                state.pop_mode(mode)
 
     def reduce(self, reduce_op: ReduceOp | str, value: Any,
                axis: int | tuple[int, ...] | None = None) -> Array:
