@@ -18,12 +18,15 @@ imports neither Numba nor the kernels; only running the checks does. Sizes stay 
 simulator runs one Python thread per CUDA thread.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
 import traceback
-from collections.abc import Callable
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -45,41 +48,41 @@ SPECIAL_VALUES = [
 UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def check(name):
-    def register(fn):
+def check(name: Any) -> Any:
+    def register(fn: Any) -> Any:
         assert name not in CHECKS, name
         CHECKS[name] = fn
         return fn
     return register
 
 
-def check_names():
+def check_names() -> Any:
     return list(CHECKS)
 
 
 # -- helpers (numba is imported lazily, inside main's process) ----------------------------------
 
-def _cuda():
+def _cuda() -> Any:
     from numba import cuda  # noqa: PLC0415 - Numba only when the checks run
 
     return cuda
 
 
-def _k():
+def _k() -> Any:
     import mpidist.kernels as kernels  # noqa: PLC0415 - Numba only when the checks run
 
     return kernels
 
 
-def dev(a):
+def dev(a: Any) -> Any:
     return _cuda().to_device(np.array(a, order="C"))
 
 
-def host(d):
+def host(d: Any) -> Any:
     return d.copy_to_host()
 
 
-def bits(a):
+def bits(a: Any) -> Any:
     a = np.array(a, order="C")
     return a.view(UINT_OF_SIZE[a.dtype.itemsize])
 
@@ -87,7 +90,7 @@ def bits(a):
 _ULPS: list[int] = []  # the largest ulp difference of each comparison of the running check
 
 
-def ulp_difference(got, expected):
+def ulp_difference(got: Any, expected: Any) -> Any:
     """Per element, how many representable values lie between ``got`` and ``expected`` (floats:
     distance of their bit patterns in sign-magnitude order, so -0 and +0 are 1 apart; integers:
     the difference). Python ints: no overflow."""
@@ -97,14 +100,14 @@ def ulp_difference(got, expected):
     size = got.dtype.itemsize
     sign = 1 << (8 * size - 1)
 
-    def ordered(x):
+    def ordered(x: Any) -> Any:
         u = [int(v) for v in x.view(UINT_OF_SIZE[size]).tolist()]
         return [-(v - sign) - 1 if v & sign else v for v in u]
 
     return [abs(a - b) for a, b in zip(ordered(got), ordered(expected))]
 
 
-def same_bits(got, expected, what):
+def same_bits(got: Any, expected: Any, what: str) -> None:
     got, expected = np.asarray(got), np.asarray(expected)
     assert got.dtype == expected.dtype, f"{what}: dtype {got.dtype} != {expected.dtype}"
     assert got.shape == expected.shape, f"{what}: shape {got.shape} != {expected.shape}"
@@ -121,7 +124,7 @@ def same_bits(got, expected, what):
         f"{expected.ravel()[bad].tolist()}")
 
 
-def nan_aware_same(got, expected, what):
+def nan_aware_same(got: Any, expected: Any, what: str) -> None:
     got, expected = np.asarray(got), np.asarray(expected)
     assert got.dtype == expected.dtype and got.shape == expected.shape, what
     nan = np.isnan(expected)
@@ -129,13 +132,13 @@ def nan_aware_same(got, expected, what):
     same_bits(got[~nan], expected[~nan], what)
 
 
-def assert_device(x, what):
+def assert_device(x: Any, what: str) -> None:
     from mpidist.kernels.arrays import is_device_array  # noqa: PLC0415 - Numba only when the checks run
 
     assert is_device_array(x) and not isinstance(x, np.ndarray), f"{what}: {type(x)} on host"
 
 
-def random_array(rng, dtype, shape):
+def random_array(rng: Any, dtype: Any, shape: Any) -> Any:
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
         scale = 10.0 ** rng.integers(-3, 4, size=shape)
@@ -145,7 +148,7 @@ def random_array(rng, dtype, shape):
     return np.asarray(rng.integers(low, info.max, size=shape, dtype=dtype, endpoint=True))
 
 
-def reduce_inputs(dtype, shape, n, seed):
+def reduce_inputs(dtype: Any, shape: Any, n: Any, seed: Any) -> Any:
     rng = np.random.default_rng(seed)
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
@@ -156,7 +159,7 @@ def reduce_inputs(dtype, shape, n, seed):
     return bufs
 
 
-def tensors_for(count, dtype, seed):
+def tensors_for(count: Any, dtype: Any, seed: Any) -> Any:
     rng = np.random.default_rng(seed)
     return [random_array(rng, dtype, SHAPE_CYCLE[i % len(SHAPE_CYCLE)]) for i in range(count)]
 
@@ -164,31 +167,31 @@ def tensors_for(count, dtype, seed):
 class Spy:
     """Counts the calls of a module function, then calls it."""
 
-    def __init__(self, module, name):
+    def __init__(self, module: Any, name: Any) -> None:
         self.module, self.name, self.fn, self.calls = module, name, getattr(module, name), 0
         setattr(module, name, self)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
         return self.fn(*args, **kwargs)
 
-    def restore(self):
+    def restore(self) -> None:
         setattr(self.module, self.name, self.fn)
 
 
 # -- the simulator and the twin that runs ---------------------------------------------------
 
-def on_simulator():
+def on_simulator() -> Any:
     """Whether the checks run (or would run) on Numba's CUDA simulator rather than a GPU."""
     if "numba" in sys.modules:
         from numba import config  # noqa: PLC0415
 
-        return bool(config.ENABLE_CUDASIM)
+        return bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]  # not in the stubs
     return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 @check("numba_cuda_target_is_the_one_asked_for")
-def _():
+def _() -> None:
     d = dev(np.arange(4.0))
     simulated = type(d).__module__.startswith("numba.cuda.simulator")
     wanted = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -196,7 +199,7 @@ def _():
 
 
 @check("is_device_array_true_for_numba_device_arrays")
-def _():
+def _() -> None:
     from mpidist.kernels.arrays import is_device_array  # noqa: PLC0415 - Numba only when the checks run
 
     d = dev(np.arange(6, dtype=np.float32).reshape(2, 3))
@@ -206,7 +209,7 @@ def _():
 
 
 @check("cuda_twin_runs_not_cpu_twin")
-def _():
+def _() -> None:
     import mpidist.kernels.cpu as kcpu  # noqa: PLC0415 - Numba only when the checks run
     import mpidist.kernels.cuda as kcuda  # noqa: PLC0415 - Numba only when the checks run
 
@@ -235,9 +238,9 @@ def _():
 
 # -- reduce_n ---------------------------------------------------------------------------------
 
-def _register_reduce(dtype, n, op):
+def _register_reduce(dtype: Any, n: Any, op: Any) -> None:
     @check(f"reduce_{op}_{dtype}_n{n}")
-    def _():
+    def _() -> None:
         k = _k()
         divisor = n if op == "mean" else None
         for shape in REDUCE_SHAPES:
@@ -259,7 +262,7 @@ for _dtype in REDUCE_DTYPES:
 
 
 @check("reduce_float16_rounds_once")
-def _():
+def _() -> None:
     k = _k()
     bufs = [np.array([2048.0, 65504.0, 1.0], np.float16), np.array([1.0, 32.0, 2.0 ** -24], np.float16),
             np.array([1.0, -32.0, 2.0 ** -24], np.float16)]
@@ -271,7 +274,7 @@ def _():
 
 
 @check("reduce_int32_wraps")
-def _():
+def _() -> None:
     k = _k()
     a = np.array([2**31 - 1, -(2**31), 5], np.int32)
     b = np.array([1, -1, 7], np.int32)
@@ -282,7 +285,7 @@ def _():
 
 
 @check("reduce_integer_mean_on_numba_arrays_raises")
-def _():
+def _() -> None:
     k = _k()
     d = dev(np.arange(4, dtype=np.int32))
     try:
@@ -294,7 +297,7 @@ def _():
 
 
 @check("reduce_out_given")
-def _():
+def _() -> None:
     k = _k()
     cuda = _cuda()
     for dtype in ("float16", "float32", "int64"):
@@ -311,7 +314,7 @@ def _():
             same_bits(host(devs[1]), bufs[1], f"{dtype} buffers[1] modified")
 
 
-def _expect_value_error(fn, *fragments):
+def _expect_value_error(fn: Any, *fragments: Any) -> Any:
     try:
         fn()
     except ValueError as e:
@@ -322,7 +325,7 @@ def _expect_value_error(fn, *fragments):
 
 
 @check("reduce_non_contiguous_device_array_raises")
-def _():
+def _() -> None:
     k = _k()
     a = np.arange(20, dtype=np.float32)
     strided = dev(a)[::2]
@@ -334,7 +337,7 @@ def _():
 
 
 @check("reduce_errors_on_device")
-def _():
+def _() -> None:
     k = _k()
     cuda = _cuda()
     a = dev(np.ones(4, np.float32))
@@ -350,9 +353,9 @@ def _():
 
 # -- pack / unpack ----------------------------------------------------------------------------
 
-def _register_pack(dtype, count):
+def _register_pack(dtype: Any, count: Any) -> None:
     @check(f"pack_unpack_round_trip_{dtype}_{count}")
-    def _():
+    def _() -> None:
         k = _k()
         cuda = _cuda()
         tensors = tensors_for(count, dtype, seed=count)
@@ -382,7 +385,7 @@ for _dtype in PACK_DTYPES:
 
 
 @check("unpack_views_alias_the_flat_buffer")
-def _():
+def _() -> None:
     k = _k()
     tensors = [np.arange(6.0).reshape(2, 3), np.array(7.0), np.arange(4.0)]
     layout = k.FusionLayout.of(tensors)
@@ -395,7 +398,7 @@ def _():
 
 
 @check("unpack_into_given_out")
-def _():
+def _() -> None:
     k = _k()
     cuda = _cuda()
     tensors = tensors_for(9, np.float32, seed=3)
@@ -413,7 +416,7 @@ def _():
 
 
 @check("pack_into_pooled_device_buffer")
-def _():
+def _() -> None:
     k = _k()
     tensors = [dev(t) for t in tensors_for(17, np.float32, seed=4)]
     layout = k.FusionLayout.of(tensors)
@@ -429,16 +432,16 @@ def _():
 
 
 @check("pack_non_contiguous_device_tensor_raises")
-def _():
+def _() -> None:
     k = _k()
     a = dev(np.arange(12.0))
     _expect_value_error(lambda: k.pack([dev(np.ones(2)), a[::3]]), "tensor 1", "non-contiguous")
     _expect_value_error(lambda: k.cast(a[::2], np.float16), "non-contiguous")
 
 
-def _register_half_pack(source):
+def _register_half_pack(source: Any) -> None:
     @check(f"pack_to_float16_from_{source}")
-    def _():
+    def _() -> None:
         k = _k()
         values = np.array(SPECIAL_VALUES, np.float64).astype(source)
         rng = np.random.default_rng(7)
@@ -466,7 +469,7 @@ for _source in ("float32", "float64"):
 # -- cast -------------------------------------------------------------------------------------
 
 @check("cast_float32_to_float16")
-def _():
+def _() -> None:
     k = _k()
     rng = np.random.default_rng(11)
     mantissa = rng.uniform(1.0, 2.0, 300) * rng.choice([-1.0, 1.0], 300)
@@ -481,7 +484,7 @@ def _():
 
 
 @check("cast_float16_bit_patterns_to_float32_and_float64")
-def _():
+def _() -> None:
     k = _k()
     patterns = np.concatenate([np.arange(0, 65536, 173), [0x0000, 0x8000, 0x0001, 0x03FF, 0x0400,
                                                           0x7BFF, 0x7C00, 0xFC00, 0x7E00, 0x7C01,
@@ -495,7 +498,7 @@ def _():
 
 
 @check("cast_into_out_and_zero_size")
-def _():
+def _() -> None:
     k = _k()
     cuda = _cuda()
     x = np.linspace(-3, 3, 40, dtype=np.float64).reshape(5, 8)
@@ -512,9 +515,9 @@ _HALVES_IN_RANGE = [-2049.0, -100.9, -3.75, -2.5, -1.5, -0.99, -0.5, -0.0, 0.0, 
                     1.5, 2.5, 2.75, 3.5, 100.9, 1023.5, 2049.0, 65504.0]
 
 
-def _register_half_to_int(target):
+def _register_half_to_int(target: Any) -> None:
     @check(f"cast_float16_to_{target}_truncates_as_numpy")
-    def _():
+    def _() -> None:
         k = _k()
         halves = np.array(_HALVES_IN_RANGE, np.float16)
         expected = halves.astype(target)  # C truncation toward zero
@@ -536,10 +539,10 @@ for _target in ("int32", "int64"):
 OPTIMIZER_SIZE = 300
 
 
-def _optimizer_inputs(dtype, seed):
+def _optimizer_inputs(dtype: Any, seed: Any) -> Any:
     rng = np.random.default_rng(seed)
 
-    def spread(scale_lo, scale_hi):
+    def spread(scale_lo: Any, scale_hi: Any) -> Any:
         scale = 10.0 ** rng.integers(scale_lo, scale_hi, OPTIMIZER_SIZE)
         return (rng.standard_normal(OPTIMIZER_SIZE) * scale).astype(dtype)
 
@@ -549,9 +552,9 @@ def _optimizer_inputs(dtype, seed):
     return w, g, m, v, vhat
 
 
-def _register_optimizer(rule, dtype):
+def _register_optimizer(rule: Any, dtype: Any) -> None:
     @check(f"optimizer_{rule}_{dtype}")
-    def _():
+    def _() -> None:
         from mpidist.kernels import optimizers  # noqa: PLC0415
 
         t = np.dtype(dtype).type
@@ -582,7 +585,7 @@ for _dtype in ("float32", "float64"):
 
 # -- runner -------------------------------------------------------------------------------------
 
-def run_checks(names=None):
+def run_checks(names: Any = None) -> Any:
     """Run the checks (all, or ``names``) on the current ``numba.cuda`` target, a GPU or the
     simulator: ``{name: {"ok": bool, "detail": str, "max_ulp": int | None}}``."""
     if not __debug__:
@@ -602,7 +605,7 @@ def run_checks(names=None):
     return results
 
 
-def main():
+def main() -> Any:
     if not on_simulator():
         from numba import cuda  # noqa: PLC0415
 

@@ -21,6 +21,8 @@ Run ``python -m mpidist.kernels.compiled [--json PATH]`` to print the table (and
 report); tests/scenarios/test_kernels_compiled.py runs the same on every CI run.
 """
 
+from __future__ import annotations
+
 import argparse
 import importlib.metadata
 import json
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 __all__ = ["ARCHS", "build_report", "problems", "table", "targets", "ptx_fma_findings",
            "ptx_nearest_int_conversions", "sass_fma_lines", "compile_kernels", "main"]
@@ -49,7 +52,7 @@ _LOG_FUNCTION = re.compile(r"Function properties for (\S+)\s*\n\s*ptxas\s+\.\s+(
                            r"ptxas info\s+: Used (\d+) registers")
 
 
-def ptx_fma_findings(ptx):
+def ptx_fma_findings(ptx: Any) -> Any:
     """The PTX lines a compiler may (or did) turn into a fused multiply-add: float fma/mad, and
     float add/sub/mul without an explicit rounding modifier."""
     found = []
@@ -63,12 +66,12 @@ def ptx_fma_findings(ptx):
     return found
 
 
-def ptx_nearest_int_conversions(ptx):
+def ptx_nearest_int_conversions(ptx: Any) -> Any:
     """PTX lines converting a float to an integer by rounding to nearest (cvt.rni)."""
     return [line.strip() for line in ptx.splitlines() if _PTX_CVT_NEAREST_INT.match(line)]
 
 
-def sass_fma_lines(sass):
+def sass_fma_lines(sass: Any) -> Any:
     """The SASS FMAs on data: ``HFMA2.MMA R3, -RZ, RZ, 0, 0`` (only the zero register and
     immediates as sources) is how ptxas writes a constant into a register, not arithmetic."""
     found = []
@@ -82,7 +85,7 @@ def sass_fma_lines(sass):
     return found
 
 
-def targets():
+def targets() -> Any:
     """(name, kernel, argument types, hot) of every CUDA kernel, as launched."""
     from mpidist.kernels import cuda, optimizers_cuda  # noqa: PLC0415 - imports numba.cuda
 
@@ -92,7 +95,7 @@ def targets():
         yield name, kernel, argtypes, True
 
 
-def compile_kernels(kernels, arch):
+def compile_kernels(kernels: Any, arch: Any) -> Any:
     """Compile ``[(name, python function, argument types)]`` for ``arch`` (major, minor):
     {name: {"ptx", "entry", "ptx_seconds"}} plus, under "", the cubin, the linker's log and the
     link time."""
@@ -111,7 +114,7 @@ def compile_kernels(kernels, arch):
     return out
 
 
-def _link(ptxs, arch):
+def _link(ptxs: Any, arch: Any) -> Any:
     from cuda.bindings import nvjitlink  # noqa: PLC0415 - the nvidia-nvjitlink wheel
 
     options = [f"-arch=sm_{arch[0]}{arch[1]}", "-verbose"]
@@ -132,14 +135,14 @@ def _link(ptxs, arch):
         nvjitlink.destroy(handle)
 
 
-def _read_log(nvjitlink, handle, error=False):
+def _read_log(nvjitlink: Any, handle: Any, error: Any = False) -> Any:
     size = (nvjitlink.get_error_log_size if error else nvjitlink.get_info_log_size)(handle)
     buf = bytearray(size)
     (nvjitlink.get_error_log if error else nvjitlink.get_info_log)(handle, buf)
     return buf.decode(errors="replace").rstrip("\0")
 
 
-def _nvdisasm():
+def _nvdisasm() -> Any:
     from cuda.pathfinder import find_nvidia_binary_utility  # noqa: PLC0415
 
     path = find_nvidia_binary_utility("nvdisasm")
@@ -148,13 +151,14 @@ def _nvdisasm():
     return path
 
 
-def disassemble(cubin, workdir):
+def disassemble(cubin: Any, workdir: Any) -> Any:
     """{function name: its SASS} of a cubin."""
     path = Path(workdir) / "kernels.cubin"
     path.write_bytes(cubin)
     text = subprocess.run([_nvdisasm(), "-c", str(path)], capture_output=True, text=True,
                           check=True, timeout=120).stdout
-    sections, name = {}, None
+    sections: dict[str, list[str]] = {}
+    name = None
     for line in text.splitlines():
         m = re.match(r"^\s*\.section\s+\.text\.([^,\s]+)", line)
         if m:
@@ -165,13 +169,13 @@ def disassemble(cubin, workdir):
     return {k: "\n".join(v) for k, v in sections.items()}
 
 
-def _stats(log):
+def _stats(log: Any) -> Any:
     return {m.group(1): {"stack_bytes": int(m.group(2)), "spill_store_bytes": int(m.group(3)),
                          "spill_load_bytes": int(m.group(4)), "registers": int(m.group(5))}
             for m in _LOG_FUNCTION.finditer(log)}
 
 
-def _driver_loaded():
+def _driver_loaded() -> Any:
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
@@ -179,14 +183,14 @@ def _driver_loaded():
     return bool(re.search(r"/libcuda\.so", maps))
 
 
-def _version(dist):
+def _version(dist: Any) -> Any:
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def build_report(archs=ARCHS, workdir=None, kernels=None):
+def build_report(archs: Any = ARCHS, workdir: Any = None, kernels: Any = None) -> Any:
     """Compile every kernel (or ``kernels``: ``[(name, kernel, argtypes, hot)]``) for each of
     ``archs`` and return the report: a dict, JSON-ready (see docs/testing.md)."""
     import tempfile  # noqa: PLC0415
@@ -194,7 +198,7 @@ def build_report(archs=ARCHS, workdir=None, kernels=None):
     started = time.perf_counter()
     driver_before = _driver_loaded()
     kernels = list(targets() if kernels is None else kernels)
-    report = {"archs": [f"sm_{a}{b}" for a, b in archs],
+    report: dict[str, Any] = {"archs": [f"sm_{a}{b}" for a, b in archs],
               "versions": {d: _version(d) for d in ("numba", "numba-cuda", "nvidia-nvvm",
                                                     "nvidia-nvjitlink", "nvidia-cuda-nvdisasm")},
               "link_seconds": {}, "disassemble_seconds": {}, "kernels": []}
@@ -230,17 +234,17 @@ def build_report(archs=ARCHS, workdir=None, kernels=None):
 
 
 class _nullcontext:  # noqa: N801 - contextlib.nullcontext, returning the given path
-    def __init__(self, value):
+    def __init__(self, value: Any) -> None:
         self.value = value
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         return self.value
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Any:
         return False
 
 
-def problems(report):
+def problems(report: Any) -> Any:
     """What the report shows wrong, one line each; empty when every kernel passes."""
     out = []
     if report.get("driver_loaded"):
@@ -265,7 +269,7 @@ def problems(report):
     return out
 
 
-def table(report):
+def table(report: Any) -> Any:
     """The report as text: one row per kernel and arch."""
     rows = [f"{'kernel':34} {'arch':6} {'regs':>4} {'stack':>5} {'spill':>5} {'ptx s':>6} "
             f"{'sassFMA':>7}  ok"]
@@ -281,7 +285,7 @@ def table(report):
     return "\n".join(rows)
 
 
-def main(argv=None):
+def main(argv: Any = None) -> Any:
     parser = argparse.ArgumentParser(prog="python -m mpidist.kernels.compiled",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="also write the report to this file")

@@ -9,6 +9,8 @@ adds into it, so memory sees one read per input and one write per output (the fu
 while each inner loop is a plain vectorisable ``a + b``.
 """
 
+from __future__ import annotations
+
 import math
 import os
 import threading
@@ -35,7 +37,7 @@ _parallel_lock = threading.Lock()
 
 # -- float16 bits <-> float64 ------------------------------------------------------------------
 @njit(inline="always", **_OPTS)
-def half_to_float(h):
+def half_to_float(h: Any) -> Any:
     h = np.int64(h)
     exponent = (h >> 10) & 0x1F
     mantissa = h & 0x3FF
@@ -49,7 +51,7 @@ def half_to_float(h):
 
 
 @njit(inline="always", **_OPTS)
-def float_to_half(x):
+def float_to_half(x: Any) -> Any:
     if x != x:
         return np.uint16(0x7E00)
     sign = 0x8000 if (x < 0 or (x == 0 and math.copysign(1.0, x) < 0)) else 0
@@ -65,7 +67,7 @@ def float_to_half(x):
 
 # -- N-way reduce --------------------------------------------------------------------------------
 @njit(inline="always", **_OPTS)
-def _reduce_block(out, bufs, start, stop, divisor):
+def _reduce_block(out: Any, bufs: Any, start: Any, stop: Any, divisor: Any) -> None:
     # Unsigned indices spare Numba's negative-index wraparound, so LLVM vectorises the loops.
     m = stop - start
     block = out[start:stop]
@@ -82,13 +84,13 @@ def _reduce_block(out, bufs, start, stop, divisor):
 
 
 @njit(**_OPTS)
-def _reduce_serial(out, bufs, divisor):
+def _reduce_serial(out: Any, bufs: Any, divisor: Any) -> None:
     for start in range(0, out.size, BLOCK):
         _reduce_block(out, bufs, start, min(start + BLOCK, out.size), divisor)
 
 
 @njit(parallel=True, **_OPTS)
-def _reduce_parallel(out, bufs, divisor):
+def _reduce_parallel(out: Any, bufs: Any, divisor: Any) -> None:
     nblocks = (out.size + BLOCK - 1) // BLOCK
     for b in prange(nblocks):
         start = b * BLOCK
@@ -96,7 +98,7 @@ def _reduce_parallel(out, bufs, divisor):
 
 
 @njit(inline="always", **_OPTS)
-def _reduce_half_block(out, bufs, start, stop, divisor, acc):
+def _reduce_half_block(out: Any, bufs: Any, start: Any, stop: Any, divisor: Any, acc: Any) -> None:
     for i in range(start, stop):
         acc[i - start] = half_to_float(bufs[0][i])
     for k in range(1, len(bufs)):
@@ -110,14 +112,14 @@ def _reduce_half_block(out, bufs, start, stop, divisor, acc):
 
 
 @njit(**_OPTS)
-def _reduce_half_serial(out, bufs, divisor):
+def _reduce_half_serial(out: Any, bufs: Any, divisor: Any) -> None:
     acc = np.empty(BLOCK, np.float64)
     for start in range(0, out.size, BLOCK):
         _reduce_half_block(out, bufs, start, min(start + BLOCK, out.size), divisor, acc)
 
 
 @njit(parallel=True, **_OPTS)
-def _reduce_half_parallel(out, bufs, divisor):
+def _reduce_half_parallel(out: Any, bufs: Any, divisor: Any) -> None:
     nblocks = (out.size + BLOCK - 1) // BLOCK
     for b in prange(nblocks):
         acc = np.empty(BLOCK, np.float64)
@@ -125,7 +127,7 @@ def _reduce_half_parallel(out, bufs, divisor):
         _reduce_half_block(out, bufs, start, min(start + BLOCK, out.size), divisor, acc)
 
 
-def _launch(serial, parallel, out, bufs, divisor):
+def _launch(serial: Any, parallel: Any, out: Any, bufs: Any, divisor: Any) -> None:
     if PARALLEL and out.nbytes * (len(bufs) + 1) >= PARALLEL_MIN_BYTES:
         with _parallel_lock:
             parallel(out, bufs, divisor)
@@ -133,12 +135,12 @@ def _launch(serial, parallel, out, bufs, divisor):
         serial(out, bufs, divisor)
 
 
-def reduce_into(out, bufs, divisor):
+def reduce_into(out: Any, bufs: Any, divisor: Any) -> None:
     """``out = sum(bufs) [/ divisor]`` for float32/64 and integer data (divisor 0: none)."""
     _launch(_reduce_serial, _reduce_parallel, out, bufs, out.dtype.type(divisor))
 
 
-def reduce_half_into(out, bufs, divisor):
+def reduce_half_into(out: Any, bufs: Any, divisor: Any) -> None:
     """The float16 reduce on uint16 views: exact float64 sum, one rounding to float16."""
     _launch(_reduce_half_serial, _reduce_half_parallel, out, bufs, float(divisor))
 
@@ -150,7 +152,7 @@ CHUNK = 8
 
 
 @njit(inline="always", **_OPTS)
-def _copy(dst, dst_start, src, src_start, count, mode):
+def _copy(dst: Any, dst_start: Any, src: Any, src_start: Any, count: Any, mode: Any) -> None:
     # mode 0: same kind; 1: float -> float16 bits; 2: float16 bits -> float
     d = dst[dst_start:dst_start + count]
     s = src[src_start:src_start + count]
@@ -166,7 +168,7 @@ def _copy(dst, dst_start, src, src_start, count, mode):
 
 
 @njit(**_OPTS)
-def _reduce_pack_chunk(flat, srcs, starts, count, divisor):
+def _reduce_pack_chunk(flat: Any, srcs: Any, starts: Any, count: Any, divisor: Any) -> None:
     for t in range(count):
         bufs = srcs[t]
         m = bufs[0].size
@@ -183,41 +185,41 @@ def _reduce_pack_chunk(flat, srcs, starts, count, divisor):
                 block[np.uintp(i)] = block[np.uintp(i)] / divisor
 
 
-def reduce_pack_chunk(flat, srcs, starts, count, divisor):
+def reduce_pack_chunk(flat: Any, srcs: Any, starts: Any, count: Any, divisor: Any) -> None:
     """Reduce each tensor's replicas (``srcs[t]``, a tuple of N arrays) straight into ``flat`` at
     ``starts[t]``: the pack and the reduce in one pass, for replicas that share host memory."""
     _reduce_pack_chunk(flat, srcs, starts, count, flat.dtype.type(divisor))
 
 
 @njit(**_OPTS)
-def _pack_chunk(flat, srcs, starts, count, mode):
+def _pack_chunk(flat: Any, srcs: Any, starts: Any, count: Any, mode: Any) -> None:
     for t in range(count):
         src = srcs[t]
         _copy(flat, starts[t], src, 0, src.size, mode)
 
 
 @njit(**_OPTS)
-def _unpack_chunk(flat, dsts, starts, count, mode):
+def _unpack_chunk(flat: Any, dsts: Any, starts: Any, count: Any, mode: Any) -> None:
     for t in range(count):
         dst = dsts[t]
         _copy(dst, 0, flat, starts[t], dst.size, mode)
 
 
 @njit(**_OPTS)
-def _cast(dst, src, mode):
+def _cast(dst: Any, src: Any, mode: Any) -> None:
     _copy(dst, 0, src, 0, src.size, mode)
 
 
-def pack_chunk(flat, srcs, starts, count, mode):
+def pack_chunk(flat: Any, srcs: Any, starts: Any, count: Any, mode: Any) -> None:
     """Copy ``srcs[:count]`` into ``flat`` at ``starts`` (mode: 0 same kind, 1 to float16 bits)."""
     _pack_chunk(flat, srcs, starts, count, mode)
 
 
-def unpack_chunk(flat, dsts, starts, count, mode):
+def unpack_chunk(flat: Any, dsts: Any, starts: Any, count: Any, mode: Any) -> None:
     """Copy ``flat`` at ``starts`` into ``dsts[:count]`` (mode: 0 same kind, 2 from float16 bits)."""
     _unpack_chunk(flat, dsts, starts, count, mode)
 
 
-def cast_into(dst, src, mode):
+def cast_into(dst: Any, src: Any, mode: Any) -> None:
     """``dst[:] = src`` with a dtype cast (mode as for pack_chunk / unpack_chunk)."""
     _cast(dst, src, mode)
