@@ -245,10 +245,13 @@ class HostReplicaPlan:
                 if not send.flags.c_contiguous:
                     send = np.ascontiguousarray(send)
                 out = self._fusion.host_result(send.size, send.dtype).reshape(send.shape)
-                ops._comm.all_reduce(out, "sum", timeout=ops._merged(options).timeout_seconds,
-                                     send=send)
-                out = ops._mean(out, reduce_op)
-                return [out if type(out) is np.ndarray else np.asarray(out)]
+                opts = ops._options if options is None else ops._merged(options)
+                ops._comm.all_reduce(out, "sum", timeout=opts.timeout_seconds, send=send)
+                if reduce_op is ReduceOp.MEAN:
+                    out = ops._mean(out, reduce_op)
+                    if type(out) is not np.ndarray:  # integer MEAN of a 0-d array: a scalar
+                        out = np.asarray(out)
+                return [out]
             return self._general.all_reduce(reduce_op, arrays, options)
         groups = _host_groups(arrays)
         if groups is None:

@@ -159,10 +159,11 @@ class MirroredExtended(StrategyExtended):
 
     def _call_one_replica(self, fn: Callable[..., Any], args: tuple[Any, ...],
                           kwargs: dict[str, Any]) -> Any:
-        if not is_plain(args, kwargs):
+        plain = is_plain(args, kwargs)
+        if not plain:
             self._check_distributed_args(args, kwargs)
         result = call_one_replica(self._make_replica_context(0), self._device_specs[0], fn,
-                                  args, kwargs)
+                                  args, kwargs, plain)
         kind = type(result)
         if kind in PLAIN_TYPES:  # nothing to regroup
             return result

@@ -37,10 +37,12 @@ def is_plain(args: Sequence[Any], kwargs: Mapping[str, Any] | None) -> bool:
 
 
 def call_one_replica(ctx: ReplicaContext, device: DeviceSpec | None, fn: Callable[..., Any],
-                     args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+                     args: Sequence[Any], kwargs: dict[str, Any], plain: bool | None = None
+                     ) -> Any:
     """``fn(*args, **kwargs)`` as the one local replica: under ``ctx`` (its ReplicaContext),
-    placed on ``device``, with distributed arguments replaced by their one component."""
-    if not is_plain(args, kwargs):
+    placed on ``device``, with distributed arguments replaced by their one component.
+    ``plain``: ``is_plain(args, kwargs)`` where the caller has it already."""
+    if not (is_plain(args, kwargs) if plain is None else plain):
         args, kwargs = select_replica(0, args), select_replica(0, kwargs)
     with ctx, state.device_scope(device):
         if device is not None and device.is_gpu:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ReplicaContext"]
 
+_OP_NAMES = {op: op.value for op in ReduceOp}  # the labels' names, without Enum's descriptor
+
 # The spellings a step passes every time, looked up without the Enum call (others convert).
 class Contribution:
     """One replica's flattened argument to a collective; a distinct object per replica, so
@@ -194,7 +196,7 @@ class ReplicaContext:
             leaves = [as_array(v) for v in leaves]
         if not leaves:
             return value
-        with user_call("ReplicaContext.all_reduce", reduce_op=reduce_op.value,
+        with user_call("ReplicaContext.all_reduce", reduce_op=_OP_NAMES[reduce_op],
                        num_values=len(leaves)):
             # The strategy's plan (decided once per layout): one replica per worker goes
             # straight to the communicator, several meet in a merge_call.
