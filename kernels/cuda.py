@@ -10,9 +10,16 @@ per dtype on first use. Under ``NUMBA_ENABLE_CUDASIM=1`` the same source runs in
 simulator, which is how CI checks their logic without a GPU.
 """
 
+from __future__ import annotations
+
+# mypy reads the @cuda.jit bodies below as host Python: numba's stubs type cuda.grid and
+# cuda.blockDim/threadIdx as host-side objects, hence the `type: ignore`s on those lines
+# (comments only: Numba compiles the same bytecode).
+
 import contextlib
 import functools
 import sys
+from typing import Any
 
 import numpy as np
 from numba import cuda, types
@@ -29,19 +36,19 @@ MAX_BLOCKS = 1024
 _HALF = np.dtype(np.float16)
 
 
-def launch_config(n):
+def launch_config(n: Any) -> Any:
     """(blocks, threads) for a grid-stride loop over ``n`` elements."""
     return max(1, min(MAX_BLOCKS, (n + THREADS - 1) // THREADS)), THREADS
 
 
-def launch(kernel, config, stream, *args):
+def launch(kernel: Any, config: Any, stream: Any, *args: Any) -> None:
     """Every launch of this package goes through here: ``kernel[blocks, threads, stream](*args)``."""
     blocks, threads = config
     kernel[blocks, threads, stream](*args)
 
 
 @contextlib.contextmanager
-def on_device_of(array):
+def on_device_of(array: Any) -> Any:
     """Make ``array``'s GPU current, for Numba and for CuPy, while the block runs; yields the
     stream to launch on: that device's current CuPy stream for CuPy arrays, else Numba's
     default stream (0). Launches on another device's context would fail or, worse, run there."""
@@ -59,7 +66,7 @@ def on_device_of(array):
         yield 0
 
 
-def _numba_device_id(array):
+def _numba_device_id(array: Any) -> Any:
     """The GPU of a Numba device array (from its memory's context), or None where it has none
     (the simulator's arrays)."""
     context = getattr(getattr(array, "gpu_data", None), "context", None)
@@ -71,13 +78,13 @@ def _numba_device_id(array):
 # -- kernels, built per dtype ---------------------------------------------------------------------
 
 @functools.cache
-def _reduce_kernels(dtype):
+def _reduce_kernels(dtype: Any) -> Any:
     """(sum, mean) over a tuple of equally long 1-D buffers of ``dtype`` (not float16)."""
     add, _, div, _ = ops_for(dtype)
 
     @cuda.jit
-    def reduce_sum(out, bufs):
-        i = cuda.grid(1)
+    def reduce_sum(out: Any, bufs: Any) -> None:
+        i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         stride = cuda.gridsize(1)
         while i < out.size:
             acc = bufs[0][i]
@@ -87,8 +94,8 @@ def _reduce_kernels(dtype):
             i += stride
 
     @cuda.jit
-    def reduce_mean(out, bufs, divisor):
-        i = cuda.grid(1)
+    def reduce_mean(out: Any, bufs: Any, divisor: Any) -> None:
+        i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         stride = cuda.gridsize(1)
         while i < out.size:
             acc = bufs[0][i]
@@ -101,14 +108,14 @@ def _reduce_kernels(dtype):
 
 
 @functools.cache
-def _reduce_half_kernel():
+def _reduce_half_kernel() -> Any:
     add, _, div, _ = ops_for(np.float64)
 
     @cuda.jit
-    def reduce_half(out, bufs, divisor):
+    def reduce_half(out: Any, bufs: Any, divisor: Any) -> None:
         # float16 -> float64 is exact, the float64 sum of a few halves too; the one rounding
         # is the store (cvt.rn.f16.f64), as the CPU twin's. Divisor 1.0 for SUM (exact).
-        i = cuda.grid(1)
+        i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         stride = cuda.gridsize(1)
         while i < out.size:
             acc = np.float64(bufs[0][i])
@@ -120,7 +127,7 @@ def _reduce_half_kernel():
     return reduce_half
 
 
-def _through_float32(dst_dtype, src_dtype):
+def _through_float32(dst_dtype: Any, src_dtype: Any) -> Any:
     """Whether elements convert through float32: float16 -> integer would compile to cvt.rni
     (round to nearest) where NumPy truncates; float16 -> float32 is exact and float32 ->
     integer truncates (cvt.rzi). Every other pair converts as NumPy's ``astype`` directly."""
@@ -128,7 +135,7 @@ def _through_float32(dst_dtype, src_dtype):
 
 
 @functools.cache
-def _copy_kernels(dst_dtype, src_dtype):
+def _copy_kernels(dst_dtype: Any, src_dtype: Any) -> Any:
     """(pack, unpack, cast) storing ``src_dtype`` elements into ``dst_dtype`` arrays."""
     # A compile-time constant: Numba prunes the branch not taken (no helper device function,
     # which would need a GPU to compile; see cuda_arith.ops_for).
@@ -137,36 +144,36 @@ def _copy_kernels(dst_dtype, src_dtype):
     # Pack and unpack take a fixed-width tuple of tensors (padded); blockIdx.y picks the tensor,
     # the x dimension strides over its elements.
     @cuda.jit
-    def pack(flat, srcs, starts, count):
+    def pack(flat: Any, srcs: Any, starts: Any, count: Any) -> None:
         t = cuda.blockIdx.y
         if t < count:
             src = srcs[t]
             base = starts[t]
-            i = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x
+            i = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x  # type: ignore[operator]
             while i < src.size:
                 if through_float32:
                     flat[base + i] = np.float32(src[i])
                 else:
                     flat[base + i] = src[i]
-                i += cuda.blockDim.x * cuda.gridDim.x
+                i += cuda.blockDim.x * cuda.gridDim.x  # type: ignore[operator]
 
     @cuda.jit
-    def unpack(flat, dsts, starts, count):
+    def unpack(flat: Any, dsts: Any, starts: Any, count: Any) -> None:
         t = cuda.blockIdx.y
         if t < count:
             dst = dsts[t]
             base = starts[t]
-            i = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x
+            i = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x  # type: ignore[operator]
             while i < dst.size:
                 if through_float32:
                     dst[i] = np.float32(flat[base + i])
                 else:
                     dst[i] = flat[base + i]
-                i += cuda.blockDim.x * cuda.gridDim.x
+                i += cuda.blockDim.x * cuda.gridDim.x  # type: ignore[operator]
 
     @cuda.jit
-    def cast(dst, src):
-        i = cuda.grid(1)
+    def cast(dst: Any, src: Any) -> None:
+        i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         stride = cuda.gridsize(1)
         while i < dst.size:
             if through_float32:
@@ -180,7 +187,7 @@ def _copy_kernels(dst_dtype, src_dtype):
 
 # -- launches --------------------------------------------------------------------------------------
 
-def reduce_into(out, bufs, divisor, stream=0):
+def reduce_into(out: Any, bufs: Any, divisor: Any, stream: Any = 0) -> None:
     reduce_sum, reduce_mean = _reduce_kernels(np.dtype(out.dtype))
     if divisor:
         launch(reduce_mean, launch_config(out.size), stream, out, bufs, out.dtype.type(divisor))
@@ -188,26 +195,26 @@ def reduce_into(out, bufs, divisor, stream=0):
         launch(reduce_sum, launch_config(out.size), stream, out, bufs)
 
 
-def reduce_half_into(out, bufs, divisor, stream=0):
+def reduce_half_into(out: Any, bufs: Any, divisor: Any, stream: Any = 0) -> None:
     launch(_reduce_half_kernel(), launch_config(out.size), stream, out, bufs, float(divisor or 1))
 
 
-def _chunk_grid(sizes):
+def _chunk_grid(sizes: Any) -> Any:
     blocks, threads = launch_config(max(sizes) if sizes else 0)
     return (blocks, len(sizes)), threads
 
 
-def pack_chunk(flat, srcs, starts, count, sizes, stream=0):
+def pack_chunk(flat: Any, srcs: Any, starts: Any, count: Any, sizes: Any, stream: Any = 0) -> None:
     pack = _copy_kernels(np.dtype(flat.dtype), np.dtype(srcs[0].dtype))[0]
     launch(pack, _chunk_grid(sizes), stream, flat, srcs, starts, count)
 
 
-def unpack_chunk(flat, dsts, starts, count, sizes, stream=0):
+def unpack_chunk(flat: Any, dsts: Any, starts: Any, count: Any, sizes: Any, stream: Any = 0) -> None:
     unpack = _copy_kernels(np.dtype(dsts[0].dtype), np.dtype(flat.dtype))[1]
     launch(unpack, _chunk_grid(sizes), stream, flat, dsts, starts, count)
 
 
-def cast_into(dst, src, stream=0):
+def cast_into(dst: Any, src: Any, stream: Any = 0) -> None:
     cast = _copy_kernels(np.dtype(dst.dtype), np.dtype(src.dtype))[2]
     launch(cast, launch_config(dst.size), stream, dst, src)
 
@@ -223,11 +230,11 @@ CAST_DTYPES = ("float16", "float32", "float64", "int32", "int64")
 REDUCE_WIDTH = 2  # replicas per reduce in the compiled signatures (the loop body is the same)
 
 
-def _arr(dtype):
+def _arr(dtype: Any) -> Any:
     return types.Array(from_dtype(np.dtype(dtype)), 1, "C")
 
 
-def compile_targets():
+def compile_targets() -> Any:
     """(name, kernel, argument types) of every kernel here as it is launched, for the compile
     check (kernels/compiled.py). All of them promise the CPU twins' bits."""
     for name in REDUCE_DTYPES:

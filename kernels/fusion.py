@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from mpidist.kernels.arrays import (
     check_out,
     cpu_kernels,

@@ -9,8 +9,15 @@ float32 and float64 sets from it. Imported only when device arrays are updated; 
 ``NUMBA_ENABLE_CUDASIM=1`` the same source runs in Numba's simulator.
 """
 
+from __future__ import annotations
+
+# mypy reads the @cuda.jit bodies below as host Python: numba's stubs type cuda.grid and
+# cuda.blockDim/threadIdx as host-side objects, hence the `type: ignore`s on those lines
+# (comments only: Numba compiles the same bytecode).
+
 import functools
 from collections import namedtuple
+from typing import Any
 
 import numpy as np
 from numba import cuda, types
@@ -24,7 +31,7 @@ OptimizerKernels = namedtuple("OptimizerKernels", "sgd sgd_momentum adam")
 
 
 @functools.cache
-def kernels_for(dtype):
+def kernels_for(dtype: Any) -> Any:
     """The ``OptimizerKernels`` for 1-D arrays of ``dtype`` (float32 or float64)."""
     dtype = np.dtype(dtype)
     if dtype not in ROUNDED_DTYPES:
@@ -32,19 +39,19 @@ def kernels_for(dtype):
     return _build(ops_for(dtype))
 
 
-def _build(ops):
+def _build(ops: Any) -> Any:
     add, mul, div, sqrt = ops  # a - b is add(a, -b): negation is exact
 
     @cuda.jit
-    def sgd(w, g, lr):
-        i = cuda.grid(1)
+    def sgd(w: Any, g: Any, lr: Any) -> None:
+        i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         while i < w.size:
             w[i] = add(w[i], -mul(lr, g[i]))  # w - lr * g
             i += cuda.gridsize(1)
 
     @cuda.jit
-    def sgd_momentum(w, g, m, lr, momentum, nesterov):
-        i = cuda.grid(1)
+    def sgd_momentum(w: Any, g: Any, m: Any, lr: Any, momentum: Any, nesterov: Any) -> None:
+        i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         while i < w.size:
             gi = g[i]
             mi = add(mul(momentum, m[i]), -mul(lr, gi))  # momentum * m - lr * g
@@ -56,8 +63,9 @@ def _build(ops):
             i += cuda.gridsize(1)
 
     @cuda.jit
-    def adam(w, g, m, v, vhat, alpha, one_minus_b1, one_minus_b2, eps, amsgrad):
-        i = cuda.grid(1)
+    def adam(w: Any, g: Any, m: Any, v: Any, vhat: Any, alpha: Any, one_minus_b1: Any,
+             one_minus_b2: Any, eps: Any, amsgrad: Any) -> None:
+        i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         while i < w.size:
             gi = g[i]
             mi = add(m[i], mul(add(gi, -m[i]), one_minus_b1))  # m + (g - m) * (1 - b1)
@@ -76,7 +84,7 @@ def _build(ops):
     return OptimizerKernels(sgd, sgd_momentum, adam)
 
 
-def compile_targets():
+def compile_targets() -> Any:
     """(name, kernel, argument types) of every optimizer kernel as it is launched: for the
     compile check (kernels/compiled.py). Every one promises the CPU twin's bits."""
     for dtype in sorted(ROUNDED_DTYPES, key=str):

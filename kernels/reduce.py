@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from mpidist.kernels.arrays import (
     KERNEL_DTYPES,
     check_out,
