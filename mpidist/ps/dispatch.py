@@ -254,7 +254,9 @@ class Dispatcher:
             return value
 
         try:
-            args, kwargs = nest.map_structure(own, (closure.args, closure.kwargs))
+            args, kwargs = closure.args, closure.kwargs
+            if args or kwargs:  # (mapping nothing costs ~10 us: a closure without arguments skips it)
+                args, kwargs = nest.map_structure(own, (args, kwargs))
             messages.send(self._runtime.transport, worker.rank, messages.Work(
                 closure.closure_id, closure.attempt, fn.function_id, payload, args, kwargs,
                 closure.resource_id, closure.is_dataset_fn))
