@@ -1,7 +1,7 @@
 """CollectiveAllReduce: reduce across the devices of every worker (MPI rank).
 
 Hierarchical: each worker first reduces its own replicas in-process with the fused kernels
-(exactly as ReductionToOneDevice does), then one all-reduce per pack crosses the workers
+(its local reducer is a ReductionToOneDevice), then one all-reduce per pack crosses the workers
 (MPI, or the node's shared memory for large buffers), and the result is copied to the local
 destinations. ``batch_reduce`` packs every tensor of one dtype into a persistent buffer and
 sends it in packs of ``bytes_per_pack``; MEAN divides by the global replica count once, after
@@ -18,7 +18,7 @@ from mpidist.comm.communicator import Communicator
 from mpidist.comm.nccl import RankNcclGroup, nccl_can_reduce
 from mpidist.comm.options import CommunicationImplementation, CommunicationOptions
 from mpidist.kernels.layout import FusionLayout, group_by_size
-from mpidist.ops.cross_device_ops import Pairs, as_per_replica, check_reducible, normalize_pairs
+from mpidist.ops.cross_device_ops import CrossDeviceOps, Pairs, as_per_replica
 from mpidist.ops.destinations import (
     Destinations,
     resolve_devices,
@@ -27,8 +27,8 @@ from mpidist.ops.destinations import (
 )
 from mpidist.ops.fusion_state import FusionState
 from mpidist.ops.reduction_plan import ReductionPlan
-from mpidist.ops.reduction_to_one_device import ReductionToOneDevice
-from mpidist.types import Array, ReduceOp, as_reduce_op
+from mpidist.ops.reduction_to_one_device import local_reducer, unpack_to
+from mpidist.types import Array, ReduceOp
 from mpidist.values.containers import DistributedValues, Mirrored, PerReplica
 
 __all__ = ["CollectiveAllReduce", "HostReplicaPlan", "DEFAULT_BYTES_PER_PACK"]
@@ -38,8 +38,11 @@ __all__ = ["CollectiveAllReduce", "HostReplicaPlan", "DEFAULT_BYTES_PER_PACK"]
 DEFAULT_BYTES_PER_PACK = 32 * 1024 * 1024
 
 
-class CollectiveAllReduce(ReductionToOneDevice):
+class CollectiveAllReduce(CrossDeviceOps):
     """All-reduce across workers through a Communicator.
+
+    It has a local reducer (a ``ReductionToOneDevice`` sharing its buffers) for this worker's
+    replicas, and is that reducer's worker stage: the cross-worker sum after the local one.
 
     Args:
         communicator: The ``mpidist.comm.Communicator`` of the workers.
@@ -49,10 +52,13 @@ class CollectiveAllReduce(ReductionToOneDevice):
             GPU buffers when the implementation is NCCL, else None.
     """
 
+    spans_workers = True  # workers always talk, even when this worker has one replica
+
     def __init__(self, communicator: Communicator, num_replicas_in_sync: int,
                  options: CommunicationOptions | None = None,
                  nccl_group: RankNcclGroup | None = None) -> None:
-        super().__init__()
+        self._fusion = FusionState()
+        self._local = local_reducer(self, self._fusion)
         self._comm = communicator
         self._group_size = int(num_replicas_in_sync)
         self._options = options if options is not None else CommunicationOptions()
@@ -64,25 +70,6 @@ class CollectiveAllReduce(ReductionToOneDevice):
         """Whether GPU values cross ranks through NCCL (else through the communicator)."""
         return self._nccl is not None
 
-    # Workers always talk, even when this worker has one replica: TF's single-replica
-    # shortcuts of the base class would skip the other workers.
-    def reduce(self, reduce_op: ReduceOp | str, per_replica_value: Any,
-               destinations: Destinations, options: CommunicationOptions | None = None
-               ) -> Array | Mirrored:
-        reduce_op = as_reduce_op(reduce_op)
-        check_reducible("CrossDeviceOps.reduce", reduce_op, per_replica_value)
-        validate_destinations(destinations)
-        return self.reduce_implementation(reduce_op, as_per_replica(per_replica_value),
-                                          destinations, options)
-
-    def batch_reduce(self, reduce_op: ReduceOp | str,
-                     value_destination_pairs: Sequence[tuple[Any, Destinations]],
-                     options: CommunicationOptions | None = None) -> list[Array | Mirrored]:
-        reduce_op = as_reduce_op(reduce_op)
-        pairs = normalize_pairs(value_destination_pairs)
-        check_reducible("CrossDeviceOps.batch_reduce", reduce_op, [v for v, _ in pairs])
-        return self.batch_reduce_implementation(reduce_op, pairs, options)
-
     def reduce_implementation(self, reduce_op: ReduceOp, per_replica_value: DistributedValues,
                               destinations: Destinations, options: CommunicationOptions | None
                               ) -> Array | Mirrored:
@@ -91,7 +78,7 @@ class CollectiveAllReduce(ReductionToOneDevice):
                 and _direct(value.values[0].dtype) and _on_host(destinations):
             out = self._reduce_host_array(reduce_op, value.values[0], options)
             return simple_broadcast(out, destinations, reuse=True)
-        return super().reduce_implementation(reduce_op, value, destinations, options)
+        return self._local.reduce_implementation(reduce_op, value, destinations, options)
 
     def _reduce_host_array(self, reduce_op: ReduceOp, send: np.ndarray,
                            options: CommunicationOptions | None) -> np.ndarray:
@@ -118,7 +105,7 @@ class CollectiveAllReduce(ReductionToOneDevice):
         pairs = value_destination_pairs
         arrays = _single_host_replicas(pairs)
         if arrays is None:
-            return super().batch_reduce_implementation(reduce_op, pairs, options)
+            return self._local.batch_reduce_implementation(reduce_op, pairs, options)
         return self._batch_reduce_host_arrays(reduce_op, arrays, pairs[0][1], options)
 
     def _batch_reduce_host_arrays(self, reduce_op: ReduceOp, arrays: Sequence[np.ndarray],
@@ -138,7 +125,7 @@ class CollectiveAllReduce(ReductionToOneDevice):
                 return layout.views(flat)
             results: list[Array | Mirrored] = [None] * len(arrays)
             items = [(i, None) for i in range(len(arrays))]
-            self._unpack_to(flat, layout, items, destinations, results, self._fusion)
+            unpack_to(flat, layout, items, destinations, results, self._fusion)
         return results
 
     def _ranges(self, layout: FusionLayout, itemsize: int, bytes_per_pack: int
@@ -160,8 +147,23 @@ class CollectiveAllReduce(ReductionToOneDevice):
             return reduced
         return reduced / self._group_size  # integer MEAN is true division, float64
 
-    def _local_divisor(self, reduce_op: ReduceOp, num_local: int) -> int | None:
-        return None  # the global count divides once, after the cross-worker sum
+    # -- the local reducer's worker stage (reduction_to_one_device.WorkerStage) -----------
+    def local_divisor(self, reduce_op: ReduceOp, num_local: int) -> int | None:
+        """None: the global count divides once, after the cross-worker sum."""
+        return None
+
+    def across_workers(self, reduced: Array, reduce_op: ReduceOp,
+                       options: CommunicationOptions | None,
+                       layout: FusionLayout | None = None) -> Array:
+        """This worker's locally reduced buffer summed with every other worker's (MEAN
+        divided by the global replica count), in place where it can."""
+        return self._across_workers(reduced, reduce_op, options, layout)
+
+    def reduce_one(self, reduce_op: ReduceOp, value: DistributedValues,
+                   destinations: Destinations, options: CommunicationOptions | None
+                   ) -> Array | Mirrored:
+        """A pair of a batch the local reducer does not fuse: ``reduce_implementation``."""
+        return self.reduce_implementation(reduce_op, value, destinations, options)
 
     def _merged(self, options: CommunicationOptions | None) -> CommunicationOptions:
         """The strategy's options with the per-call ones merged on (no copy when none)."""

@@ -116,6 +116,11 @@ def reduce_non_distributed_value(reduce_op: ReduceOp, value: Any, destinations: 
 class CrossDeviceOps:
     """Base class: how values on several devices are reduced and broadcast."""
 
+    spans_workers = False
+    """Whether the replicas include other workers' (MPI ranks'). Then a value with one local
+    component is not reduced yet, and TF's one-component shortcuts of ``reduce`` and
+    ``batch_reduce`` do not apply."""
+
     def reduce(self, reduce_op: ReduceOp | str, per_replica_value: Any,
                destinations: Destinations, options: CommunicationOptions | None = None
                ) -> Array | Mirrored:
@@ -128,7 +133,7 @@ class CrossDeviceOps:
         check_reducible("CrossDeviceOps.reduce", reduce_op, per_replica_value)
         validate_destinations(destinations)
         value = as_per_replica(per_replica_value)
-        if len(value.values) == 1:
+        if len(value.values) == 1 and not self.spans_workers:
             dest = resolve_devices(destinations)
             src = resolve_devices(value)
             if len(dest) == 1 and dest == src:
@@ -142,7 +147,9 @@ class CrossDeviceOps:
         reduce_op = as_reduce_op(reduce_op)
         pairs = normalize_pairs(value_destination_pairs)
         check_reducible("CrossDeviceOps.batch_reduce", reduce_op, [v for v, _ in pairs])
-        if all(len(v.values) == 1 and resolve_devices(v) == resolve_devices(d) for v, d in pairs):
+        if not self.spans_workers and all(len(v.values) == 1 and
+                                          resolve_devices(v) == resolve_devices(d)
+                                          for v, d in pairs):
             return [simple_broadcast(v.values[0], d) for v, d in pairs]
         return self.batch_reduce_implementation(reduce_op, pairs, options)
 

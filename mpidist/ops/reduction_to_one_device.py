@@ -1,6 +1,7 @@
 """ReductionToOneDevice: gather every component on one device, reduce there, broadcast back."""
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -15,7 +16,37 @@ from mpidist.ops.fusion_state import BucketItems, FusionState, bucket_values
 from mpidist.types import Array, ReduceOp
 from mpidist.values.containers import DistributedValues, Mirrored
 
-__all__ = ["ReductionToOneDevice"]
+__all__ = ["ReductionToOneDevice", "WorkerStage", "local_reducer", "unpack_to"]
+
+
+class WorkerStage(Protocol):
+    """What follows the local reduce when the replicas span several workers: the owner of a
+    ``local_reducer`` (``CollectiveAllReduce``) supplies it; alone, the local result is final."""
+
+    def local_divisor(self, reduce_op: ReduceOp, num_local: int) -> int | None:
+        """What the local reduce divides by (MEAN); None for no division."""
+        ...
+
+    def across_workers(self, reduced: Array, reduce_op: ReduceOp,
+                       options: CommunicationOptions | None,
+                       layout: FusionLayout | None = None) -> Array:
+        """Combine this worker's locally reduced buffer with the other workers'."""
+        ...
+
+    def reduce_one(self, reduce_op: ReduceOp, value: DistributedValues,
+                   destinations: Destinations, options: CommunicationOptions | None
+                   ) -> Array | Mirrored:
+        """One pair of a batch that is not fused (the owner's ``reduce_implementation``)."""
+        ...
+
+
+def local_reducer(stage: WorkerStage, fusion: FusionState) -> "ReductionToOneDevice":
+    """A ReductionToOneDevice that reduces this worker's replicas and hands the result to
+    ``stage``, sharing the owner's recycled buffers ``fusion``."""
+    reducer = ReductionToOneDevice()
+    reducer._stage = stage
+    reducer._fusion = fusion
+    return reducer
 
 
 class ReductionToOneDevice(CrossDeviceOps):
@@ -40,6 +71,7 @@ class ReductionToOneDevice(CrossDeviceOps):
             raise TypeError(f"accumulation_fn must be callable, got {accumulation_fn!r}.")
         self.accumulation_fn = accumulation_fn
         self._fusion = FusionState()
+        self._stage: WorkerStage | None = None  # local_reducer's; None: this worker alone
 
     def _reduce_device(self, per_replica_value: DistributedValues, destinations: Destinations
                        ) -> DeviceSpec:
@@ -67,37 +99,46 @@ class ReductionToOneDevice(CrossDeviceOps):
                     arrays = _common_dtype(arrays)
                 reduced = reduce_n(arrays, divisor=self._local_divisor(reduce_op, n))
             fresh = all(reduced is not a for a in arrays)
-            if fresh:
-                reduced = self._across_workers(reduced, reduce_op, options)
+            if fresh and self._stage is not None:
+                reduced = self._stage.across_workers(reduced, reduce_op, options)
         return simple_broadcast(reduced, destinations, reuse=fresh)
 
-    # -- hooks for the cross-worker subclass ----------------------------------------------
     def _local_divisor(self, reduce_op: ReduceOp, num_local: int) -> int | None:
-        """What the local reduce divides by: the local count for MEAN here, since this op's
-        replicas are all local."""
+        """What the local reduce divides by: the local count for MEAN where this worker's
+        replicas are all of them, else what the worker stage says."""
+        if self._stage is not None:
+            return self._stage.local_divisor(reduce_op, num_local)
         return num_local if reduce_op is ReduceOp.MEAN else None
 
     def _across_workers(self, reduced: Array, reduce_op: ReduceOp,
                         options: CommunicationOptions | None,
                         layout: FusionLayout | None = None) -> Array:
-        """Combine this worker's locally reduced buffer with the other workers' (none here)."""
-        return reduced
+        if self._stage is None:
+            return reduced
+        return self._stage.across_workers(reduced, reduce_op, options, layout)
+
+    def _reduce_one(self, reduce_op: ReduceOp, value: DistributedValues,
+                    destinations: Destinations, options: CommunicationOptions | None
+                    ) -> Array | Mirrored:
+        if self._stage is None:
+            return self.reduce_implementation(reduce_op, value, destinations, options)
+        return self._stage.reduce_one(reduce_op, value, destinations, options)
 
     def batch_reduce_implementation(self, reduce_op: ReduceOp, value_destination_pairs: Pairs,
                                     options: CommunicationOptions | None
                                     ) -> list[Array | Mirrored]:
         pairs = value_destination_pairs
         if self.accumulation_fn is not None or len(pairs) < 2:
-            return super().batch_reduce_implementation(reduce_op, pairs, options)
+            return [self._reduce_one(reduce_op, v, d, options) for v, d in pairs]
         values = [as_per_replica(v) for v, _ in pairs]
         buckets, rest = bucket_values(values, [d for _, d in pairs])
         results: list[Array | Mirrored] = [None] * len(pairs)
         for i in rest:
-            results[i] = self.reduce_implementation(reduce_op, values[i], pairs[i][1], options)
+            results[i] = self._reduce_one(reduce_op, values[i], pairs[i][1], options)
         for (dtype, sources, _), items in buckets.items():
             if len(items) == 1:
                 i = items[0][0]
-                results[i] = self.reduce_implementation(reduce_op, values[i], pairs[i][1], options)
+                results[i] = self._reduce_one(reduce_op, values[i], pairs[i][1], options)
                 continue
             destinations = pairs[items[0][0]][1]
             device = self._reduce_device(values[items[0][0]], destinations)
@@ -121,11 +162,11 @@ class ReductionToOneDevice(CrossDeviceOps):
                 reduced = reduce_pack([arrays for _, arrays in items], layout, divisor,
                                       out=self._fusion.host_result(layout.total, dtype))
                 reduced = self._across_workers(reduced, reduce_op, options, layout)
-                self._unpack_to(reduced, layout, items, destinations, results, self._fusion)
+                unpack_to(reduced, layout, items, destinations, results, self._fusion)
             return
         reduced = self._pack_and_reduce(items, sources, device, dtype, layout, divisor)
         reduced = self._across_workers(reduced, reduce_op, options, layout)
-        self._unpack_to(reduced, layout, items, destinations, results)
+        unpack_to(reduced, layout, items, destinations, results)
 
     def _pack_and_reduce(self, items: BucketItems, sources: tuple[DeviceSpec, ...],
                          device: DeviceSpec, dtype: np.dtype, layout: FusionLayout,
@@ -144,21 +185,23 @@ class ReductionToOneDevice(CrossDeviceOps):
             with device_context(device if device.is_gpu else None):
                 return reduce_n(flats, divisor=divisor)
 
-    @staticmethod
-    def _unpack_to(reduced: Array, layout: FusionLayout, items: Sequence[tuple[int, object]],
-                   destinations: Destinations, results: list[Array | Mirrored],
-                   fusion: FusionState | None = None) -> None:
-        if fusion is not None and all(d.is_cpu for d in resolve_devices(destinations)):
-            placed = _host_copies(reduced, destinations, fusion)
-        else:
-            placed = simple_broadcast(reduced, destinations, reuse=True)
-        if not isinstance(placed, Mirrored):
-            for (i, _), view in zip(items, layout.views(placed)):
-                results[i] = view
-            return
-        per_device = [layout.views(flat) for flat in placed.values]
-        for k, (i, _) in enumerate(items):
-            results[i] = Mirrored([views[k] for views in per_device], placed.devices)
+
+def unpack_to(reduced: Array, layout: FusionLayout, items: Sequence[tuple[int, object]],
+              destinations: Destinations, results: list[Array | Mirrored],
+              fusion: FusionState | None = None) -> None:
+    """Place the reduced pack ``reduced`` on ``destinations`` and store each item's tensor
+    (views of it) in ``results``; recycled host copies from ``fusion`` where given."""
+    if fusion is not None and all(d.is_cpu for d in resolve_devices(destinations)):
+        placed = _host_copies(reduced, destinations, fusion)
+    else:
+        placed = simple_broadcast(reduced, destinations, reuse=True)
+    if not isinstance(placed, Mirrored):
+        for (i, _), view in zip(items, layout.views(placed)):
+            results[i] = view
+        return
+    per_device = [layout.views(flat) for flat in placed.values]
+    for k, (i, _) in enumerate(items):
+        results[i] = Mirrored([views[k] for views in per_device], placed.devices)
 
 
 def _host_copies(reduced: np.ndarray, destinations: Destinations, fusion: FusionState
