@@ -20,7 +20,7 @@ from mpidist.cluster_resolver.cluster_spec import ClusterSpec
 from mpidist.core.waiting import join_thread
 from mpidist.errors import DeadlineExceededError
 from mpidist.logs import get_logger
-from mpidist.ps.client import PSClient, current_client
+from mpidist.ps.client import PSClient
 from mpidist.ps.roles import ClusterRoles
 from mpidist.ps.runtime import INPROCESS, stop_workers
 from mpidist.ps.service import Server, shutdown_job
@@ -90,14 +90,11 @@ class InProcessCluster:
             raise RuntimeError(f"in-process cluster threads did not stop: {alive}")
 
     def _chief_strategy(self) -> Any:
-        try:
-            client = current_client()
-        except RuntimeError:
-            return None
-        strategy = getattr(client, "strategy", None)
-        if strategy is None or getattr(client.transport, "fabric", None) is not self._fabric:
-            return None  # another cluster's chief (an earlier one, on this thread)
-        return strategy if client.roles.is_chief else None
+        """This cluster's chief strategy, or None where none was made. Not the thread's current
+        client: a cluster made later on this thread replaces that, and stopping the workers
+        here while this cluster's dispatcher still reads their messages lost their goodbyes
+        (a 30 s wait)."""
+        return getattr(self._fabric.chief_client, "strategy", None)
 
     def __enter__(self) -> "InProcessCluster":
         return self

@@ -122,6 +122,8 @@ class TaskRuntime:
         self.ended = False  # the chief has shut the job down (serving.shutdown_job)
         # A rank of an MPI job is one process; simulated ranks are threads of one process.
         use_client(self.client, process_wide=not isinstance(transport, LocalTransport))
+        if isinstance(transport, LocalTransport) and roles.is_chief:
+            transport.fabric.chief_client = self.client
 
     @classmethod
     def connect(cls, resolver: Any) -> "TaskRuntime":

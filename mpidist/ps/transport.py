@@ -262,6 +262,9 @@ class LocalFabric:
         self._boxes: dict[tuple[int, int], deque[Received]] = {
             (r, c): deque() for r in range(size) for c in (DATA, CTRL)}
         self._cond = threading.Condition()
+        # The chief's PSClient once its strategy exists (TaskRuntime sets it): the cluster's
+        # shutdown stops that job, whichever cluster's chief is current on the thread by then.
+        self.chief_client: Any = None
 
     @classmethod
     def register(cls, token: str, fabric: "LocalFabric") -> None:
