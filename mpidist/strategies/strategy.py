@@ -105,7 +105,7 @@ _global_scope: list[_StrategyScope | None] = [None]
 
 
 @accepts(strategy="Strategy | None")
-def experimental_set_strategy(strategy):
+def experimental_set_strategy(strategy: Any) -> None:
     """Make ``strategy`` current for the whole process, like a ``with strategy.scope():`` that
     never ends; ``None`` (or the default strategy itself) goes back to the default strategy."""
     old = _global_scope[0]

@@ -15,7 +15,8 @@ replicas' fused or per-variable path here, or the parameter servers (``mpidist.p
 
 import contextlib
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from mpidist.values.variables import Variable
 __all__ = ["Optimizer", "SGD", "Adam", "UnknownSlotError"]
 
 
-def _is_real_scalar(value):
+def _is_real_scalar(value: Any) -> bool:
     """A Python or NumPy real number, or a 0-d real array (what a schedule may return)."""
     if isinstance(value, (bool, np.bool_)):
         return False
@@ -55,7 +56,7 @@ class UnknownSlotError(ValueError):
 
 
 
-def _components(x):
+def _components(x: Any) -> Any:
     """A distributed variable as a PerReplica of its component variables, so that
     ``extended.update`` hands each component of the updated variable the matching component."""
     if isinstance(x, DistributedValues):
@@ -88,13 +89,13 @@ class Optimizer:
     _rule: UpdateRule | None = None
     _custom_step = False  # set for a class that defines its own _update_step
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "_update_step" in cls.__dict__:
             cls._custom_step = True
 
-    def __init__(self, learning_rate, clipnorm=None, clipvalue=None, global_clipnorm=None,
-                 name="Optimizer"):
+    def __init__(self, learning_rate: Any, clipnorm: Any = None, clipvalue: Any = None,
+                 global_clipnorm: Any = None, name: Any = "Optimizer") -> None:
         if not callable(learning_rate):
             learning_rate = _positive_float("learning_rate", learning_rate, allow_zero=True)
         if sum(x is not None for x in (clipnorm, clipvalue, global_clipnorm)) > 1:
@@ -111,31 +112,34 @@ class Optimizer:
         with self._strategy.scope():
             self._iterations = Variable(np.int64(0), trainable=False, name=f"{name}/iterations",
                                         aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
-        self._slots = []      # per variable, in the order first seen: {slot name: variable}
-        self._var_index = {}  # id(variable) -> index into _slots
-        self._owners = []     # the variable of each entry of _slots (rebuilds _var_index)
+        # per variable, in the order first seen: {slot name: variable}
+        self._slots: list[dict[str, Variable]] = []
+        self._var_index: dict[int, int] = {}  # id(variable) -> index into _slots
+        self._owners: list[Any] = []  # the variable of each entry of _slots (rebuilds _var_index)
         # What a checkpoint numbers: the variables as the user passed them (a sharded variable
         # is one entry whose slots are saved whole), so slots restore under any sharding.
-        self._checkpoint_groups = []
-        self._checkpoint_index = {}  # id(variable) -> index into _checkpoint_groups
-        self._joiners = {}    # index into _checkpoint_groups -> applier that joins its shards
-        self._plans = {}      # tuple of variable ids -> FusedPlan, or None where none fits
-        self._last_plan = None
+        self._checkpoint_groups: list[Any] = []
+        self._checkpoint_index: dict[int, int] = {}  # id(variable) -> index into _checkpoint_groups
+        self._joiners: dict[int, Any] = {}  # index into _checkpoint_groups -> applier that joins its shards
+        # tuple of variable ids -> FusedPlan, or None where none fits
+        self._plans: dict[tuple[int, ...], FusedPlan | None] = {}
+        self._last_plan: FusedPlan | None = None
         self._checks = GradientChecks()  # remembers the last step's checked variables
-        self._dtypes_checked = None  # the variables tuple whose dtypes were last checked
+        self._dtypes_checked: Any = None  # the variables tuple whose dtypes were last checked
         self._updates = _OptimizerUpdates(self)  # what the strategy's applier drives
-        self._last_cast = ((), None, ())  # (coefficients, dtype, cast) of the last fused update
+        # (coefficients, dtype, cast) of the last fused update
+        self._last_cast: tuple[Any, Any, Any] = ((), None, ())
 
     @property
-    def iterations(self):
+    def iterations(self) -> Variable:
         """How many times ``apply_gradients`` has updated the variables."""
         return self._iterations
 
     @property
-    def _slot_names(self):
+    def _slot_names(self) -> tuple[str, ...]:
         return self._rule.slots if self._rule is not None else ()
 
-    def _current_learning_rate(self, step=None):
+    def _current_learning_rate(self, step: int | None = None) -> Any:
         """The learning rate at ``step`` (default: the current ``iterations``)."""
         lr = self.learning_rate
         if not callable(lr):
@@ -152,7 +156,7 @@ class Optimizer:
 
     # -- slots --------------------------------------------------------------------------------
     @accepts(var_list=Iterable[_VARIABLES])  # type: ignore[valid-type]  # accepts reads the string
-    def build(self, var_list):
+    def build(self, var_list: Any) -> None:
         """Create the slot variables of ``var_list`` now (``apply_gradients`` does it on first
         use). Slots created after a ``Checkpoint.restore`` take their saved values here.
         Under ParameterServerStrategy call it on the coordinator, in the strategy's scope,
@@ -176,7 +180,7 @@ class Optimizer:
         if created:
             restore_deferred()  # TF's deferred restoration, before any update reads the slots
 
-    def _check_dtypes(self, variables):
+    def _check_dtypes(self, variables: Sequence[Any]) -> None:
         """TypeError naming the first variable that is not floating point (or complex): its
         every update would be rounded to its integer or boolean dtype (``lr * g`` = 0.05 adds
         0), a silent no-op. Checked before anything is created or updated."""
@@ -190,7 +194,7 @@ class Optimizer:
                     "it with a float dtype (e.g. dtype=np.float32), or leave it out of the "
                     "gradients (trainable=False for a counter or a mask).")
 
-    def _build_one_each(self, variables, checkpointed_alone):
+    def _build_one_each(self, variables: Sequence[Any], checkpointed_alone: bool) -> bool:
         """Slots for each of ``variables`` that has none yet; ``checkpointed_alone``: each is a
         variable of its own in checkpoints (not a shard, checkpointed with its ShardedVariable)."""
         created = False
@@ -200,12 +204,13 @@ class Optimizer:
             strategy = getattr(var, "distribute_strategy", None) or self._strategy
             slots = {}
             names = self._slot_names
+            rule: UpdateRule = self._rule  # type: ignore[assignment]  # names: a rule's slots
             with strategy.scope():
                 where = strategy.extended.update_applier.slot_scope(strategy.extended, var) \
                     if names else contextlib.nullcontext()
                 with where:
                     for slot in names:
-                        slots[slot] = Variable(self._rule.initial_slot(slot, var.shape, var.dtype),
+                        slots[slot] = Variable(rule.initial_slot(slot, var.shape, var.dtype),
                                                trainable=False, name=f"{var.name}/{slot}")
             self._var_index[id(var)] = len(self._slots)
             self._slots.append(slots)
@@ -216,7 +221,7 @@ class Optimizer:
             created = True
         return created
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         # Sent to parameter-server workers with a scheduled function: variables travel as
         # handles, so the id-keyed indexes are rebuilt on arrival; plans are per process.
         state_ = dict(self.__dict__)
@@ -225,7 +230,7 @@ class Optimizer:
             state_.pop(key, None)
         return state_
 
-    def __setstate__(self, state_):
+    def __setstate__(self, state_: dict[str, Any]) -> None:
         self.__dict__.update(state_)
         self._var_index = {id(v): i for i, v in enumerate(self._owners)}
         self._checkpoint_index = {id(v): i for i, v in enumerate(self._checkpoint_groups)}
@@ -237,7 +242,7 @@ class Optimizer:
         self._last_cast = ((), None, ())
 
     @accepts(slot_name=str)
-    def get_slot(self, var, slot_name):
+    def get_slot(self, var: Any, slot_name: str) -> Variable:
         """The slot variable ``slot_name`` of ``var``; UnknownSlotError (a ValueError) if it has
         none."""
         index = self._var_index.get(id(var))
@@ -251,7 +256,7 @@ class Optimizer:
                 f"{shown!r} has no slot {slot_name!r}; slots: {list(self._slot_names)}.")
         return self._slots[index][slot_name]
 
-    def _checkpoint_dependencies(self):
+    def _checkpoint_dependencies(self) -> dict[str, Any]:
         """What a Checkpoint saves: the update counter and every slot, by variable order (a
         sharded variable's slots joined by its applier: one full-shape array each)."""
         slots = {}
@@ -270,7 +275,8 @@ class Optimizer:
 
     # -- applying -----------------------------------------------------------------------------
     @accepts(experimental_aggregate_gradients=bool)
-    def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
+    def apply_gradients(self, grads_and_vars: Any, name: Any = None,
+                        experimental_aggregate_gradients: bool = True) -> Variable:
         """Apply one update: ``grads_and_vars`` is an iterable of ``(gradient, variable)``.
 
         In replica context the gradients are first summed over all replicas (one fused
@@ -289,8 +295,8 @@ class Optimizer:
         return strategy.extended.update_applier.apply_gradients(
             self._updates, strategy, grads_and_vars, name, experimental_aggregate_gradients)
 
-    def _apply_in_replicas(self, strategy, grads_and_vars, name,
-                           experimental_aggregate_gradients):
+    def _apply_in_replicas(self, strategy: Any, grads_and_vars: Any, name: Any,
+                           experimental_aggregate_gradients: bool) -> Variable:
         """The replicas' applier (``ReplicaUpdates``): sum, clip, then update every copy, with
         the fused kernel where the layout allows."""
         grads, variables, signature = self._checks.check(grads_and_vars, name, strategy)
@@ -308,10 +314,10 @@ class Optimizer:
             if experimental_aggregate_gradients and ctx is not None:
                 grads = list(ctx.all_reduce(ReduceOp.SUM, grads))
             grads = self._clip(grads)
-            ctx.merge_call(self._distributed_apply, args=(grads, variables))
+            ctx.merge_call(self._distributed_apply, args=(grads, variables))  # type: ignore[union-attr]
         return self._iterations
 
-    def hyperparameters(self):
+    def hyperparameters(self) -> dict[str, Any]:
         """The settings that decide an update, as a dict: the optimizer's class, the current
         learning rate (a schedule's value at this step), clipping and the class's own
         settings. Under MultiWorkerMirroredStrategy the ranks agree on them with the gradients'
@@ -321,10 +327,10 @@ class Optimizer:
                 "clipnorm": self.clipnorm, "clipvalue": self.clipvalue,
                 "global_clipnorm": self.global_clipnorm, **self._own_hyperparameters()}
 
-    def _own_hyperparameters(self):
+    def _own_hyperparameters(self) -> dict[str, Any]:
         return self._rule.hyperparameters() if self._rule is not None else {}
 
-    def _check_strategy(self, strategy):
+    def _check_strategy(self, strategy: Any) -> None:
         """The optimizer's own state (``iterations``) must live where its updates run."""
         mine = self._strategy
         if mine is not strategy and mine is not get_default_strategy():
@@ -334,7 +340,7 @@ class Optimizer:
                 "same `with strategy.scope():` as the variables it trains."
             )
 
-    def _clip(self, grads):
+    def _clip(self, grads: list[Any]) -> list[Any]:
         if self.clipvalue is not None:
             return [array_module(g).clip(g, -self.clipvalue, self.clipvalue) for g in grads]
         if self.clipnorm is not None:
@@ -352,16 +358,16 @@ class Optimizer:
 
     # -- the fused path (docs/training.md, "How the step is fast") -----------------------------
     @property
-    def _clips_by_norm(self):
+    def _clips_by_norm(self) -> bool:
         """Norm clipping needs every gradient's norm first: it keeps the per-variable path."""
         return self.clipnorm is not None or self.global_clipnorm is not None
 
-    def _fusable(self):
+    def _fusable(self) -> bool:
         """Whether the update is the rule's fused kernel: not for a per-variable step of a
         subclass's own."""
         return self._rule is not None and not self._custom_step
 
-    def _plan_for(self, variables):
+    def _plan_for(self, variables: Sequence[Any]) -> FusedPlan | None:
         """The FusedPlan of this exact list of variables (built on first use), or None."""
         last = self._last_plan
         if last is not None and last.variables is variables:  # the repeating step
@@ -382,11 +388,12 @@ class Optimizer:
         return plan
 
     @property
-    def _planned(self):
+    def _planned(self) -> set[int]:
         return {id(v) for plan in self._plans.values() if plan is not None
                 for v in plan.variables}
 
-    def _lean_apply(self, strategy, grads, variables, signature, aggregate, lr):
+    def _lean_apply(self, strategy: Any, grads: list[Any], variables: Sequence[Any],
+                    signature: Any, aggregate: bool, lr: Any) -> bool:
         """One local replica (OneDevice, the default strategy, one replica per rank): pack the
         gradients once, sum them across ranks as one buffer, one fused kernel, no merge_call.
         False (nothing touched) where this path does not apply; the caller then takes the
@@ -413,27 +420,29 @@ class Optimizer:
         self._count_step()
         return True
 
-    def _fused_step(self, plan, index, lr):
+    def _fused_step(self, plan: FusedPlan, index: int, lr: Any) -> None:
         if self.clipvalue is not None:  # elementwise, so one pass over the arena is exact
             xp = array_module(plan.grads[index])
             xp.clip(plan.grads[index], -self.clipvalue, self.clipvalue, out=plan.grads[index])
         plan.update(index, self._fused_update, lr, self._completed_steps() + 1)
 
-    def _completed_steps(self):
+    def _completed_steps(self) -> int:
         """``iterations`` as an int, read in place from its first copy (the copies agree)."""
         copies = components_of(self._iterations)
         if copies is None:  # not a plain or mirrored variable: read it the public way
             return int(np.asarray(self._iterations))
         return int(copies[0].storage)
 
-    def _count_step(self):
+    def _count_step(self) -> None:
         """``iterations += 1`` on every copy (the fused path runs in replica context), in
         place: the counter is the optimizer's own int64, so no assign checks are needed."""
-        for copy in components_of(self._iterations):
+        copies: tuple[Variable, ...] = components_of(self._iterations)  # type: ignore[assignment]
+        for copy in copies:  # (a plain or mirrored int64: never None here)
             storage = copy.storage
             storage += 1  # ndarray / CuPy in-place add
 
-    def _distributed_apply(self, strategy, grads, variables):
+    def _distributed_apply(self, strategy: Any, grads: list[Any], variables: Sequence[Any]
+                           ) -> None:
         """Cross-replica: update each variable's every copy, then count the step once."""
         last = self._last_plan
         if last is None or last.variables is not variables:  # a plan's variables have slots
@@ -452,15 +461,15 @@ class Optimizer:
             slots = self._slots[self._var_index[id(var)]]
             slot_args = [_components(slots[name]) for name in self._slot_names]
 
-            def apply(component, g, *slot_components):
+            def apply(component: Any, g: Any, *slot_components: Any) -> None:
                 self._update_step(component, g, slot_components, lr, step)
 
             strategy.extended.update(var, apply, args=(grad, *slot_args), group=False)
         self._iterations.assign_add(1)
 
-    def _fused_update(self, w, g, slots, lr, step):
+    def _fused_update(self, w: Any, g: Any, slots: Any, lr: Any, step: int) -> None:
         """The rule's fused kernel over one device's arenas."""
-        rule = self._rule
+        rule: UpdateRule = self._rule  # type: ignore[assignment]  # plans exist for rules only
         coefficients = rule.coefficients(lr, step)
         last = self._last_cast  # the repeating step (and every device after the first) hits
         # Equal floats have equal bits except 0.0 and -0.0: coefficients with a zero never hit.
@@ -470,7 +479,8 @@ class Optimizer:
             self._last_cast = ((), None, ()) if 0.0 in coefficients else last
         rule.fused(w, g, slots, last[2])
 
-    def _update_step(self, variable, gradient, slots, lr, step):
+    def _update_step(self, variable: Any, gradient: Any, slots: Sequence[Any], lr: Any,
+                     step: int) -> None:
         """Update one copy of a variable in place (``variable`` is a plain Variable, or a
         parameter server's) by the rule's formula: read, compute, write."""
         rule = self._rule
@@ -490,7 +500,7 @@ class Optimizer:
             variable.assign_add(step_.delta, read_value=False)
 
 
-def _applier_of(var, default_strategy) -> UpdateApplier:
+def _applier_of(var: Any, default_strategy: Any) -> UpdateApplier:
     """The applier of the strategy ``var`` was created in (the optimizer's, for a value)."""
     strategy = getattr(var, "distribute_strategy", None) or default_strategy
     return strategy.extended.update_applier
@@ -502,26 +512,27 @@ class _OptimizerUpdates:
 
     __slots__ = ("_opt", "__weakref__")
 
-    def __init__(self, optimizer):
+    def __init__(self, optimizer: "Optimizer") -> None:
         self._opt = weakref.proxy(optimizer)  # the optimizer holds this view: no cycle
 
     @property
-    def rule(self):
+    def rule(self) -> UpdateRule | None:
         opt = self._opt
         return None if opt._custom_step else opt._rule
 
     @property
-    def iterations(self):
+    def iterations(self) -> Variable:
         return self._opt._iterations
 
-    def apply_in_replicas(self, strategy, grads_and_vars, name, aggregate):
+    def apply_in_replicas(self, strategy: Any, grads_and_vars: Any, name: Any,
+                          aggregate: bool) -> Variable:
         return self._opt._apply_in_replicas(strategy, grads_and_vars, name, aggregate)
 
-    def check(self, strategy, grads_and_vars, name):
+    def check(self, strategy: Any, grads_and_vars: Any, name: Any) -> tuple[Any, Any]:
         grads, variables, _ = self._opt._checks.check(grads_and_vars, name, strategy)
         return grads, variables
 
-    def require_slots(self, variables, why):
+    def require_slots(self, variables: Sequence[Any], why: str) -> None:
         opt = self._opt
         missing = [v.name for v in variables if id(v) not in opt._var_index]
         names = opt._slot_names
@@ -530,24 +541,25 @@ class _OptimizerUpdates:
                 f"Optimizer {opt.name!r} has no slot variables ({', '.join(names)}) for "
                 f"{missing[:3]}{' ...' if len(missing) > 3 else ''}. {why}")
 
-    def build(self, variables):
+    def build(self, variables: Sequence[Any]) -> None:
         self._opt.build(variables)
 
-    def clip(self, grads):
+    def clip(self, grads: list[Any]) -> list[Any]:
         return self._opt._clip(grads)
 
-    def count_step(self):
+    def count_step(self) -> int:
         return int(self._opt._iterations.assign_add(1))
 
-    def learning_rate(self, step):
+    def learning_rate(self, step: int) -> Any:
         return self._opt._current_learning_rate(step)
 
-    def slots_of(self, variable):
+    def slots_of(self, variable: Any) -> tuple[Variable, ...]:
         opt = self._opt
         slots = opt._slots[opt._var_index[id(variable)]]
         return tuple(slots[n] for n in opt._slot_names)
 
-    def update_variable(self, variable, gradient, slots, lr, step):
+    def update_variable(self, variable: Any, gradient: Any, slots: Sequence[Any], lr: Any,
+                        step: int) -> None:
         self._opt._update_step(variable, gradient, slots, lr, step)
 
 
@@ -557,13 +569,14 @@ class SGD(Optimizer):
     without momentum ``w -= lr * g``. The rules: ``update_rules.MomentumRule``, or
     ``SGDRule`` without momentum."""
 
-    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, name="SGD", **kwargs):
+    def __init__(self, learning_rate: Any = 0.01, momentum: Any = 0.0, nesterov: Any = False,
+                 name: Any = "SGD", **kwargs: Any) -> None:
         with_momentum = MomentumRule(momentum, nesterov)  # checks both
         self.momentum, self.nesterov = with_momentum.momentum, with_momentum.nesterov
         self._rule = with_momentum if self.momentum else SGDRule()
         super().__init__(learning_rate, name=name, **kwargs)
 
-    def _own_hyperparameters(self):
+    def _own_hyperparameters(self) -> dict[str, Any]:
         return {"momentum": self.momentum, "nesterov": self.nesterov}
 
 
@@ -572,8 +585,9 @@ class Adam(Optimizer):
     ``w -= lr·sqrt(1 - beta_2^t)/(1 - beta_1^t) · m / (sqrt(v) + epsilon)``; with ``amsgrad``
     the running maximum of ``v`` is used. The rule: ``update_rules.AdamRule``."""
 
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-                 amsgrad=False, name="Adam", **kwargs):
+    def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999,
+                 epsilon: Any = 1e-7, amsgrad: Any = False, name: Any = "Adam",
+                 **kwargs: Any) -> None:
         self._rule = AdamRule(beta_1, beta_2, epsilon, amsgrad)
         self.beta_1, self.beta_2 = self._rule.beta_1, self._rule.beta_2
         self.epsilon, self.amsgrad = self._rule.epsilon, self._rule.amsgrad
