@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 from mpi_launch import LOOPBACK_ENV, launch
 
-from mpidist import cli
 from mpidist.cli import bench as cli_bench
 from mpidist.cli import info as cli_info
 from mpidist.cli.gpu_components import COMPONENTS
@@ -626,7 +625,7 @@ def test_bench_fails_loudly_on_wrong_results(nprocs, tmp_path):
     assert (f"wrong results from all-reduce max of 16 float32 (64B) on rank(s) [{last}]") in out
 
 
-@pytest.mark.parametrize("argv,message", [
+BAD_ARGUMENTS = [
     ([], "the following arguments are required: {info,bench,run,selftest}"),
     (["bench"], "the following arguments are required: {allreduce,batch,step,ps,input,gpu}"),
     (["bench", "allreduce", "--sizes", "6"], "6 byte(s) is not a whole number of float32 elements"),
@@ -639,18 +638,48 @@ def test_bench_fails_loudly_on_wrong_results(nprocs, tmp_path):
     (["bench", "allreduce", "--iters", "0"], "must be a positive integer"),
     (["bench", "batch", "--tensors", "many"], "'many' is not a integer"),
     (["info", "--verbose"], "unrecognized arguments: --verbose"),
-])
-def test_bad_arguments_exit_2(argv, message, capsys, monkeypatch):
-    """Argument errors end before MPI starts (checked in-process: mpi4py is not imported)."""
-    for name in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        monkeypatch.delenv(name, raising=False)
-    with pytest.raises(SystemExit) as exit_info:
-        cli.run(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("usage: mpidist"), err
-    assert message in err, err
-    assert "mpi4py.MPI" not in sys.modules or not sys.modules["mpi4py.MPI"].Is_initialized()
+]
+
+# Each case run by cli.run in one fresh interpreter, where no earlier test can have started
+# MPI (the full suite starts it in-process before this file): the exit status, what went to
+# stderr, and whether MPI was initialised once the case had run.
+_RUN_BAD_ARGUMENTS = """
+import contextlib, io, json, sys
+from mpidist import cli
+results = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            cli.run(argv)
+            status = 0
+        except SystemExit as exc:
+            status = exc.code
+    mpi = sys.modules.get("mpi4py.MPI")
+    results.append({"code": status, "err": err.getvalue(),
+                    "mpi": bool(mpi is not None and mpi.Is_initialized())})
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_argument_runs():
+    proc = subprocess.run([sys.executable, "-c", _RUN_BAD_ARGUMENTS,
+                           json.dumps([argv for argv, _ in BAD_ARGUMENTS])],
+                          env=clean_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", range(len(BAD_ARGUMENTS)),
+                         ids=[message for _, message in BAD_ARGUMENTS])
+def test_bad_arguments_exit_2(case, bad_argument_runs):
+    """Argument errors end with status 2 and the usage, before MPI starts."""
+    result, (_, message) = bad_argument_runs[case], BAD_ARGUMENTS[case]
+    assert result["code"] == 2, result
+    assert result["err"].startswith("usage: mpidist"), result["err"]
+    assert message in result["err"], result["err"]
+    assert not result["mpi"], "MPI was initialised by an argument error"
 
 
 def test_bad_arguments_under_mpiexec_print_once():
