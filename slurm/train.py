@@ -59,6 +59,7 @@ class BackupAndRequeue(mpidist.callbacks.BackupAndRestore):
         self.requested = False
         self.resumed_from = 0
         self.stopped_at = None
+        self.signum = signum
         signal.signal(signum, self._on_signal)  # early: USR1's default action ends the process
 
     def _on_signal(self, signum, frame):
@@ -71,6 +72,14 @@ class BackupAndRequeue(mpidist.callbacks.BackupAndRestore):
         if self.resumed_from and self.strategy.extended.should_checkpoint:  # the chief
             print(f"train.py: resumed from the backup at step {self.resumed_from} in "
                   f"{self.backup_dir}", flush=True)
+
+    def on_train_end(self, logs=None):
+        # Training is done and the backup is about to go: a signal from now on must not stop
+        # or kill the program (a requeue would train again from scratch). Ignored, not just
+        # handled: CPython gives a handled signal its default action back while it shuts down,
+        # and USR1's default ends the process.
+        signal.signal(self.signum, signal.SIG_IGN)
+        super().on_train_end(logs)  # deletes the backup
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)  # the regular backup every save_freq steps

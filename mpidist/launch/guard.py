@@ -35,7 +35,7 @@ from mpidist.comm.rank_state import ENV_VARIABLE, RankState, create_state_file, 
 from mpidist.launch import leftovers
 from mpidist.launch.deaths import claim_first_death
 from mpidist.launch.report import death_report, exit_code_of, later_death_note
-from mpidist.launch.signals import forward_signals
+from mpidist.launch.signals import forward_signals, stop_forwarding
 from mpidist.launcher_env import announced_size, launcher_rank
 
 __all__ = ["main", "run_guarded"]
@@ -120,6 +120,7 @@ def _run_and_report(command: Sequence[str], report_dir: str | None) -> int:
             return code
         received = forward_signals(child)
         returncode, segments = _wait_noting_segments(child)
+        stop_forwarding()  # a late signal must not end the guard in place of its exit code
         # also those that appeared while it ran: a short-lived rank dies between two looks
         segments |= leftovers.present() - before
         if returncode != 0 and not received:  # after a forwarded signal the launcher speaks

@@ -22,7 +22,7 @@ from typing import NoReturn
 
 from mpidist.launch.deaths import first_death
 from mpidist.launch.report import exit_code_of
-from mpidist.launch.signals import forward_signals
+from mpidist.launch.signals import forward_signals, stop_forwarding
 from mpidist.launcher_env import in_slurm_allocation
 
 __all__ = ["main", "build_command", "find_mpiexec", "split_arguments", "OWN_OPTIONS"]
@@ -173,6 +173,7 @@ def main(argv: Sequence[str]) -> int:
             return 1
         forward_signals(launcher)
         returncode = launcher.wait()  # wait-ok: mpidist run lasts as long as its job
+        stop_forwarding()  # a late signal must not replace the job's exit code
         first = first_death(report_dir)
     if first is None:
         return exit_code_of(returncode)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from types import FrameType
 
-__all__ = ["FORWARDED_SIGNALS", "forward_signals"]
+__all__ = ["FORWARDED_SIGNALS", "forward_signals", "stop_forwarding"]
 
 # Ctrl-C, kill/scancel, a lost terminal, and Slurm's time-limit signal (--signal=USR1@...).
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1,
@@ -33,6 +33,19 @@ def forward_signals(child: subprocess.Popen[bytes]) -> list[int]:
     for number in FORWARDED_SIGNALS:
         signal.signal(number, forward)
     return received
+
+
+def stop_forwarding() -> None:
+    """The child has ended: ignore FORWARDED_SIGNALS from now on.
+
+    Not merely "forward to nobody": while it shuts down, CPython puts every signal that has a
+    Python handler back to its default action, and the default of USR1, USR2, TERM and HUP ends
+    the process. Slurm's time-limit USR1 arriving then would end a process whose child had
+    finished (exit 0) with the signal instead, and the batch script would requeue a finished
+    job. ``SIG_IGN`` is kept through the shutdown.
+    """
+    for number in FORWARDED_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
 
 
 def _terminal_sent_to_group() -> bool:
