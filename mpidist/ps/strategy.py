@@ -31,9 +31,6 @@ from mpidist.ps.transport import MPITransport
 from mpidist.ps.updates import PARAMETER_SERVER_UPDATES
 from mpidist.ps.sharded_variable import ShardedVariable
 from mpidist.ps.variables import PSVariable, VariableHandle
-from mpidist.ops.destinations import Destinations
-from mpidist.strategies.one_local_replica import call_one_replica
-from mpidist.strategies.replica_context import ReplicaContext
 from mpidist.strategies.single_replica import SingleReplicaExtended
 from mpidist.strategies.strategy import Strategy
 from mpidist.types import VariableAggregation, VariableSynchronization
@@ -232,15 +229,6 @@ class ParameterServerExtended(SingleReplicaExtended):
         self._runtime.pulse = ChiefPulse(self._runtime.transport, self._runtime.roles)
         if isinstance(self._runtime.transport, MPITransport):  # an in-process cluster stops itself
             atexit.register(shutdown_job, cast(ParameterServerStrategy, self._container_strategy()))
-
-    def _call_for_each_replica(self, fn: Callable[..., Any], args: tuple[Any, ...],
-                               kwargs: dict[str, Any]) -> Any:
-        # A new context per run, as TF makes one: a context kept from an earlier run is stale.
-        ctx = ReplicaContext.for_replica(self._container_strategy(), 0, 0)
-        return call_one_replica(ctx, self._device, fn, args, kwargs)
-
-    def _broadcast_to(self, tensor: Any, destinations: Destinations) -> Any:
-        return tensor  # one replica: it has the value already
 
     def _distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any],
                                            options: Any) -> DatasetsFromFunction:

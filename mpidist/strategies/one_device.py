@@ -1,13 +1,9 @@
 """OneDeviceStrategy: one replica on one named device."""
 
-from collections.abc import Callable
 from typing import Any
 
 from mpidist.backend import num_gpus
 from mpidist.core.devices import DeviceSpec, parse_device
-from mpidist.ops.destinations import Destinations
-from mpidist.strategies.one_local_replica import call_one_replica
-from mpidist.strategies.replica_context import ReplicaContext
 from mpidist.strategies.single_replica import SingleReplicaExtended
 from mpidist.strategies.strategy import Strategy
 from mpidist.values.variables import Variable
@@ -36,22 +32,13 @@ class OneDeviceStrategy(Strategy):
 
 
 class OneDeviceExtended(SingleReplicaExtended):
-    """One replica on one device (also a parameter-server job's worker: ps/strategy.py)."""
+    """One replica on one named device; its variables are plain Variables placed there."""
 
     _device: DeviceSpec
 
     def __init__(self, container_strategy: Strategy, device: DeviceSpec) -> None:
         super().__init__(container_strategy, devices=(device,))
         self._device = device
-
-    def _call_for_each_replica(self, fn: Callable[..., Any], args: tuple[Any, ...],
-                               kwargs: dict[str, Any]) -> Any:
-        # A new context per run, as TF makes one: a context kept from an earlier run is stale.
-        ctx = ReplicaContext.for_replica(self._container_strategy(), 0, 0)
-        return call_one_replica(ctx, self._device, fn, args, kwargs)
-
-    def _broadcast_to(self, tensor: Any, destinations: Destinations) -> Any:
-        return tensor
 
     def create_variable(self, *args: Any, **kwargs: Any) -> Variable:
         """A plain Variable on this strategy's device, belonging to it."""
