@@ -55,6 +55,7 @@ class _Worker:
 
 # Replica states during one run.
 _RUNNING, _PARKED, _RESUMED, _DONE, _FAILED, _UNWINDING, _UNWOUND = range(7)
+_ACTIVE = frozenset((_RUNNING, _RESUMED, _UNWINDING))  # still to park or end
 
 
 class _Run:
@@ -68,6 +69,15 @@ class _Run:
         self.results: list[Any] = [None] * n
         self.errors: list[BaseException | None] = [None] * n
         self.abandoned = False  # the calling thread gave up on this run
+
+
+def _wake_the_caller_if_due(run: _Run) -> None:
+    """After a replica parked or ended (lock held): wake the calling thread once no replica is
+    still running, the only state in which its waits (every replica parked or ended; after a
+    failure, every replica ended) can be over. Waking it at each replica's step instead costs
+    a thread switch per replica per run for a check that fails."""
+    if not any(s in _ACTIVE for s in run.status):
+        run.cond.notify_all()
 
 
 class _Link:
@@ -157,7 +167,7 @@ class ReplicaRunner:
                 elif outcome == _DONE:
                     run.results[i] = value
                 run.status[i] = outcome
-                run.cond.notify_all()
+                _wake_the_caller_if_due(run)
 
         return job
 
@@ -169,7 +179,7 @@ class ReplicaRunner:
                 raise _Unwind()
             run.requests[replica_index] = (merge_fn, args, kwargs, user_calls.current_calls())
             run.status[replica_index] = _PARKED
-            run.cond.notify_all()
+            _wake_the_caller_if_due(run)
             wait_until(lambda: run.status[replica_index] != _PARKED,
                        f"the merge of replica {replica_index}'s merge_call",
                        "the thread that called strategy.run", pause=run.cond.wait)
