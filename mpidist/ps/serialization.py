@@ -78,7 +78,7 @@ def _refuse_local_variable(obj: object) -> None:
             "worker would update a copy of its own. Create it inside `with strategy.scope():`.")
 
 
-class _CloudPickler(cloudpickle.Pickler):
+class _CloudPickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships no types
     """cloudpickle (functions by value), refusing local variables."""
 
     def reducer_override(self, obj: object) -> Any:

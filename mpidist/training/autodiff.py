@@ -313,9 +313,11 @@ def _autograd_tap() -> Any:
     was computed from, so a variable whose tap never runs does not enter the loss."""
     from autograd.extend import defvjp, primitive  # noqa: PLC0415 - an optional extra
 
-    @primitive
     def tap(x: Any, i: Any, reached: Any) -> Any:
         return x
+
+    # primitive(tap), not @primitive: autograd is untyped, and the primitive is not tap's type.
+    tapped: Any = primitive(tap)
 
     def tap_vjp(ans: Any, x: Any, i: Any, reached: Any) -> Any:
         def vjp(g: Any) -> Any:
@@ -323,8 +325,8 @@ def _autograd_tap() -> Any:
             return g
         return vjp
 
-    defvjp(tap, tap_vjp)
-    return tap
+    defvjp(tapped, tap_vjp)
+    return tapped
 
 
 # -- JAX ----------------------------------------------------------------------------------------
