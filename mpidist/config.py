@@ -228,7 +228,7 @@ class Config:
     wait_timeout: float = 600.0
     construction_timeout: float = 300.0
     peer_watch: bool = True
-    set_variables: frozenset = frozenset()
+    set_variables: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(cls) -> Config:

@@ -154,7 +154,7 @@ class ParameterServerStrategy(Strategy):
             _coordinator_type[0](self)
         return super().scope()
 
-    def __reduce__(self) -> tuple[Callable[[], "ParameterServerStrategy"], tuple]:
+    def __reduce__(self) -> tuple[Callable[[], "ParameterServerStrategy"], tuple[()]]:
         # A closure that captures the strategy gets the strategy of the rank that runs it.
         return task_strategy, ()
 

@@ -238,7 +238,8 @@ def _check_scalar(loss: Any, kind: str) -> None:
 # first variable -> {(loss code, ids of the variables)} already checked for unused variables:
 # the check runs once for each (weak keys: a model that is gone takes its entries with it, and
 # a new model that reuses its ids is checked afresh)
-_CHECKED: "weakref.WeakKeyDictionary[Variable, set]" = weakref.WeakKeyDictionary()
+_CHECKED: "weakref.WeakKeyDictionary[Variable, set[tuple[Any, tuple[int, ...]]]]" = (
+    weakref.WeakKeyDictionary())
 
 
 def _first_time(fn: Any, variables: Sequence[Variable]) -> bool:

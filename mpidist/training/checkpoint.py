@@ -69,7 +69,7 @@ class Trackable(Protocol):
     TensorFlow's name, underscore included, so objects written for ``tf.train.Checkpoint``
     carry over; it is a protocol the user implements, not a private member."""
 
-    def _checkpoint_dependencies(self) -> dict:
+    def _checkpoint_dependencies(self) -> dict[str, Any]:
         """``{name: variable | trackable | dict / list / tuple of them}``: what to save under
         this object's key, each under ``key/name``."""
 
