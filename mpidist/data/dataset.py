@@ -484,7 +484,7 @@ class _TensorSlices(Dataset):
                 raise InvalidArgumentError(
                     f"from_tensor_slices needs arrays with at least one dimension to slice; got a "
                     f"scalar {leaf!r}. Use from_tensors for a single element.")
-        n = leaves[0].shape[0]
+        n: int = leaves[0].shape[0]
         for leaf in leaves[1:]:
             if leaf.shape[0] != n:
                 raise InvalidArgumentError(

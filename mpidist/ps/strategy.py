@@ -95,7 +95,7 @@ def task_strategy() -> "ParameterServerStrategy":
     strategy = getattr(current_client(), "strategy", None)
     if strategy is None:
         raise RuntimeError("No ParameterServerStrategy was created on this rank.")
-    return strategy
+    return cast("ParameterServerStrategy", strategy)
 
 
 class ParameterServerStrategy(Strategy):

@@ -578,7 +578,7 @@ class CheckpointManager:
         self._prefix = os.path.join(directory, checkpoint_name)
         self._init_fn = init_fn
         self._kept = collections.OrderedDict()  # path -> timestamp, oldest first
-        self._latest = None
+        self._latest: str | None = None
         recovered = read_state(directory)
         if recovered is not None:
             for path, stamp in zip(recovered.paths, recovered.timestamps):
