@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -32,13 +32,13 @@ def is_device_array(x: Any) -> bool:
 def cpu_kernels() -> ModuleType:
     from mpidist.kernels import cpu  # noqa: PLC0415 - imports Numba, so only when first needed
 
-    return cpu
+    return cast(ModuleType, cpu)
 
 
 def cuda_kernels() -> ModuleType:
     from mpidist.kernels import cuda  # noqa: PLC0415 - imports numba.cuda, only on GPU paths
 
-    return cuda
+    return cast(ModuleType, cuda)
 
 
 def _cupy_of(x: Any) -> Any:

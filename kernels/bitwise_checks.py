@@ -48,8 +48,8 @@ SPECIAL_VALUES = [
 UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def check(name: Any) -> Any:
-    def register(fn: Any) -> Any:
+def check(name: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    def register(fn: Callable[[], None]) -> Callable[[], None]:
         assert name not in CHECKS, name
         CHECKS[name] = fn
         return fn

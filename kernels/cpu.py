@@ -17,7 +17,9 @@ import threading
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from .jit import njit  # typed numba.njit; relative, so mypy sees it (kernels/jit.py)
 
 __all__ = ["reduce_into", "reduce_half_into", "reduce_pack_chunk", "pack_chunk", "unpack_chunk", "cast_into",
            "PARALLEL_MIN_BYTES", "BLOCK", "CHUNK"]

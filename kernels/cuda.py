@@ -28,6 +28,8 @@ from numba.np.numpy_support import from_dtype
 from mpidist.kernels.cpu import CHUNK  # tensors per pack/unpack launch, as fusion launches them
 from mpidist.kernels.cuda_arith import ops_for
 
+from .jit import cuda_jit  # typed cuda.jit; relative, so mypy sees it (kernels/jit.py)
+
 __all__ = ["reduce_into", "reduce_half_into", "pack_chunk", "unpack_chunk", "cast_into",
            "launch_config", "launch", "on_device_of", "compile_targets"]
 
@@ -82,7 +84,7 @@ def _reduce_kernels(dtype: Any) -> Any:
     """(sum, mean) over a tuple of equally long 1-D buffers of ``dtype`` (not float16)."""
     add, _, div, _ = ops_for(dtype)
 
-    @cuda.jit
+    @cuda_jit
     def reduce_sum(out: Any, bufs: Any) -> None:
         i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         stride = cuda.gridsize(1)
@@ -93,7 +95,7 @@ def _reduce_kernels(dtype: Any) -> Any:
             out[i] = acc
             i += stride
 
-    @cuda.jit
+    @cuda_jit
     def reduce_mean(out: Any, bufs: Any, divisor: Any) -> None:
         i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         stride = cuda.gridsize(1)
@@ -111,7 +113,7 @@ def _reduce_kernels(dtype: Any) -> Any:
 def _reduce_half_kernel() -> Any:
     add, _, div, _ = ops_for(np.float64)
 
-    @cuda.jit
+    @cuda_jit
     def reduce_half(out: Any, bufs: Any, divisor: Any) -> None:
         # float16 -> float64 is exact, the float64 sum of a few halves too; the one rounding
         # is the store (cvt.rn.f16.f64), as the CPU twin's. Divisor 1.0 for SUM (exact).
@@ -143,7 +145,7 @@ def _copy_kernels(dst_dtype: Any, src_dtype: Any) -> Any:
 
     # Pack and unpack take a fixed-width tuple of tensors (padded); blockIdx.y picks the tensor,
     # the x dimension strides over its elements.
-    @cuda.jit
+    @cuda_jit
     def pack(flat: Any, srcs: Any, starts: Any, count: Any) -> None:
         t = cuda.blockIdx.y
         if t < count:
@@ -157,7 +159,7 @@ def _copy_kernels(dst_dtype: Any, src_dtype: Any) -> Any:
                     flat[base + i] = src[i]
                 i += cuda.blockDim.x * cuda.gridDim.x  # type: ignore[operator]
 
-    @cuda.jit
+    @cuda_jit
     def unpack(flat: Any, dsts: Any, starts: Any, count: Any) -> None:
         t = cuda.blockIdx.y
         if t < count:
@@ -171,7 +173,7 @@ def _copy_kernels(dst_dtype: Any, src_dtype: Any) -> Any:
                     dst[i] = flat[base + i]
                 i += cuda.blockDim.x * cuda.gridDim.x  # type: ignore[operator]
 
-    @cuda.jit
+    @cuda_jit
     def cast(dst: Any, src: Any) -> None:
         i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         stride = cuda.gridsize(1)

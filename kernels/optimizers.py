@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from .jit import njit  # typed numba.njit (imports Numba on first use); relative, for mypy
+
 __all__ = ["sgd_update", "sgd_momentum_update", "adam_update", "FUSED_DTYPES"]
 
 # The float dtypes the fused updates handle; other variables keep the per-variable path.
@@ -30,8 +32,6 @@ _cpu = None
 def _cpu_kernels() -> Any:
     global _cpu
     if _cpu is None:
-        from numba import njit  # noqa: PLC0415 - compile on first use only
-
         opts: dict[str, Any] = {"cache": True, "nogil": True, "boundscheck": False}
 
         @njit(**opts)

@@ -25,6 +25,8 @@ from numba.np.numpy_support import from_dtype
 
 from mpidist.kernels.cuda_arith import ROUNDED_DTYPES, ops_for
 
+from .jit import cuda_jit  # typed cuda.jit; relative, so mypy sees it (kernels/jit.py)
+
 __all__ = ["OptimizerKernels", "kernels_for", "compile_targets"]
 
 OptimizerKernels = namedtuple("OptimizerKernels", "sgd sgd_momentum adam")
@@ -42,14 +44,14 @@ def kernels_for(dtype: Any) -> Any:
 def _build(ops: Any) -> Any:
     add, mul, div, sqrt = ops  # a - b is add(a, -b): negation is exact
 
-    @cuda.jit
+    @cuda_jit
     def sgd(w: Any, g: Any, lr: Any) -> None:
         i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         while i < w.size:
             w[i] = add(w[i], -mul(lr, g[i]))  # w - lr * g
             i += cuda.gridsize(1)
 
-    @cuda.jit
+    @cuda_jit
     def sgd_momentum(w: Any, g: Any, m: Any, lr: Any, momentum: Any, nesterov: Any) -> None:
         i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)
         while i < w.size:
@@ -62,7 +64,7 @@ def _build(ops: Any) -> Any:
                 w[i] = add(w[i], mi)
             i += cuda.gridsize(1)
 
-    @cuda.jit
+    @cuda_jit
     def adam(w: Any, g: Any, m: Any, v: Any, vhat: Any, alpha: Any, one_minus_b1: Any,
              one_minus_b2: Any, eps: Any, amsgrad: Any) -> None:
         i = cuda.grid(1)  # type: ignore[call-arg, var-annotated]  # device code (stubs: host API)

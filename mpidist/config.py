@@ -85,7 +85,8 @@ def _env_threads(name: str) -> int | str | None:
     raw = os.environ.get(name, "").strip().lower()
     if raw in ("", "auto"):
         return "auto"
-    number = _env_number(name, "auto", kind=int, off=None)
+    # A count, None for off, or the default "auto" where the value is not a count.
+    number: int | str | None = _env_number(name, "auto", kind=int, off=None)
     if number == 0:
         warnings.warn(f"{name}=0 is not a thread count; using 'auto'.", RuntimeWarning, stacklevel=3)
         return "auto"
@@ -228,7 +229,7 @@ class Config:
     wait_timeout: float = 600.0
     construction_timeout: float = 300.0
     peer_watch: bool = True
-    set_variables: frozenset = frozenset()
+    set_variables: frozenset[str] = frozenset()
 
     @classmethod
     def from_env(cls) -> Config:

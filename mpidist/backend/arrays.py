@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -45,7 +45,7 @@ def is_array(x: object) -> bool:
 def array_module(x: Array) -> ModuleType:
     """``numpy`` or ``cupy``, whichever owns ``x``."""
     if cupy_backend.is_cupy_array(x):
-        return cupy_backend.get_cupy()
+        return cast(ModuleType, cupy_backend.get_cupy())
     return np
 
 
@@ -60,7 +60,7 @@ def on_device_of(x: Array) -> contextlib.AbstractContextManager[Any]:
     """A context making ``x``'s GPU the current device (reusable no-op for host arrays): wrap
     every CuPy launch or allocation that touches ``x``."""
     if cupy_backend.is_cupy_array(x):
-        return x.device
+        return cast(contextlib.AbstractContextManager[Any], x.device)
     return _NO_CONTEXT
 
 
@@ -82,7 +82,7 @@ def require_cupy(device: DeviceSpec) -> ModuleType:
         raise RuntimeError(
             f"Device {device} is a GPU but GPUs cannot be used: {cupy_backend.unavailable_reason()}."
         )
-    return cupy
+    return cast(ModuleType, cupy)
 
 
 @contextlib.contextmanager

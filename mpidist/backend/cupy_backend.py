@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 __all__ = ["available", "get_cupy", "is_cupy_array", "gpu_count", "reset"]
 
@@ -44,7 +44,7 @@ def gpu_count() -> int:
     if cupy is None:
         return 0
     try:
-        return cupy.cuda.runtime.getDeviceCount()
+        return cast(int, cupy.cuda.runtime.getDeviceCount())
     except Exception as exc:  # noqa: BLE001 - no driver, or no device visible
         _state["error"] = exc
         return 0

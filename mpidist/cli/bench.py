@@ -20,7 +20,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -167,7 +167,7 @@ class Timer:
         self.rounds = rounds
 
     def _slowest(self, seconds: float) -> float:
-        return self.control.allreduce(seconds, op=self.max_op)
+        return cast(float, self.control.allreduce(seconds, op=self.max_op))
 
     def sample(self, fn: Callable[..., object], calls: int) -> float:
         """Seconds per call on the slowest rank (all ranks start together)."""
@@ -398,7 +398,7 @@ def run_batch(tensors: int, tensor_size: int, dtype: str,
 
 def _batch_expected(size: int, t: int, count: int, dtype: str) -> np.ndarray:
     table = np.stack([pattern(r + t, count, dtype, "sum") for r in range(size)])
-    return np.add.reduce(table, axis=0, dtype=np.dtype(dtype))
+    return cast(np.ndarray, np.add.reduce(table, axis=0, dtype=np.dtype(dtype)))
 
 
 # -- output ---------------------------------------------------------------------------------

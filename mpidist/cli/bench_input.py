@@ -40,7 +40,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -393,7 +393,7 @@ def _step_rows(directory: str, steps: int, global_batch: int, files: int, rounds
                 strategy.run(step, args=(xs, ys))
             count += 1
         elapsed = time.perf_counter() - start
-        return control.allreduce(elapsed, op=mpi.MAX) / max(1, count)
+        return cast(float, control.allreduce(elapsed, op=mpi.MAX)) / max(1, count)
 
     cases = {name: functools.partial(epoch, dist) for name, dist in dists.items()}
     cases.update({f"{name} input": functools.partial(epoch, dist, False)

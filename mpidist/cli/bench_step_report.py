@@ -14,7 +14,7 @@ fits, by least squares, the terms those tables imply:
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -165,7 +165,7 @@ def project(model: dict[str, Any], ranks: Sequence[int] = (64, 512)) -> list[dic
 
 # -- markdown for docs/performance.md -----------------------------------------------------------
 def _job_name(row: Row) -> str:
-    return row["strategy"]
+    return cast(str, row["strategy"])
 
 
 def render_markdown(reports: list[dict[str, Any]], commands: Sequence[str] = ()) -> str:

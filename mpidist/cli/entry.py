@@ -4,7 +4,7 @@ an exit status (and, in a job of several ranks, end the job on an unexpected err
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import NoReturn, cast
 
 from mpidist.cli.arguments import build_parser
 from mpidist.cli.errors import CommandError, print_error
@@ -17,7 +17,7 @@ def _world_size() -> int:
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
         return 1
-    return mpi.COMM_WORLD.Get_size()
+    return cast(int, mpi.COMM_WORLD.Get_size())
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -29,7 +29,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return run_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        return cast(int, args.func(args))
     except CommandError as err:
         if err.report:
             print_error(str(err))

@@ -13,7 +13,7 @@ import platform
 import socket
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from mpidist.backend import cupy_backend
 from mpidist.backend.threads import threads_per_rank
@@ -208,7 +208,7 @@ def gpu_identity(facts: dict[str, Any]) -> str | None:
     index = int(device.split(":")[1])
     gpus = facts.get("gpus") or []
     if index < len(gpus) and gpus[index].get("uuid"):
-        return gpus[index]["uuid"]
+        return cast(str, gpus[index]["uuid"])
     visible = facts.get("cuda_visible_devices")
     if visible:
         entries = [e.strip() for e in visible.split(",") if e.strip()]
@@ -326,7 +326,7 @@ def collect() -> dict[str, Any] | None:
 
 
 def _device_text(facts: dict[str, Any]) -> str:
-    device = facts["device"]
+    device: str = facts["device"]
     identity = gpu_identity(facts)
     if identity is None:
         return device

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 from mpidist.cluster_resolver.base import ClusterResolver, format_master_url, master_address
 from mpidist.cluster_resolver.cluster_spec import ClusterSpec
@@ -146,7 +146,7 @@ class TFConfigClusterResolver(ClusterResolver):
         """
         config = load_tf_config()
         if config.get("session_master") is not None:
-            return config["session_master"]
+            return cast(str, config["session_master"])
         cluster_spec = self.cluster_spec()
         if sum(cluster_spec.num_tasks(job) for job in cluster_spec.jobs) <= 1:
             return ""

@@ -29,7 +29,7 @@ _FIELDS = 3  # entered sequence number, operation index, completed sequence numb
 _BOARD_TAG = 7_301
 
 
-class RankProgress(tuple):
+class RankProgress(tuple[int, str, int]):
     """``(entered, operation, completed)`` for one rank."""
 
     __slots__ = ()

@@ -11,7 +11,7 @@ else.
 from __future__ import annotations
 
 import collections.abc
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -73,7 +73,7 @@ def _leaf_array(x: Any, what: str) -> np.ndarray:
         raise ValueError(
             f"{what}: {short(given)} holds Python objects (None, sets, mixed types), which a "
             "dataset cannot carry: give numbers, booleans or strings (NumPy arrays of them).")
-    return x
+    return cast(np.ndarray, x)
 
 
 def short(x: object) -> str:

@@ -484,7 +484,7 @@ class _TensorSlices(Dataset):
                 raise InvalidArgumentError(
                     f"from_tensor_slices needs arrays with at least one dimension to slice; got a "
                     f"scalar {leaf!r}. Use from_tensors for a single element.")
-        n = leaves[0].shape[0]
+        n: int = leaves[0].shape[0]
         for leaf in leaves[1:]:
             if leaf.shape[0] != n:
                 raise InvalidArgumentError(
@@ -1073,7 +1073,7 @@ class BlockSizes:
 # Element specs of files already read, while each file is unchanged (same inode, size and
 # modification time): an interleave opens a new reader per file every epoch, and opening a file
 # just for its header costs as much as reading megabytes of it (HDF5: ~0.5 ms).
-_FILE_SPECS: collections.OrderedDict = collections.OrderedDict()
+_FILE_SPECS: collections.OrderedDict[tuple[object, ...], Structure] = collections.OrderedDict()
 _FILE_SPECS_KEPT = 4096
 
 

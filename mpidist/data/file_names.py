@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
+from typing import cast
 
 import numpy as np
 
@@ -25,7 +26,8 @@ def file_name(value: object, what: str) -> str:
     if isinstance(value, (str, np.str_)):
         return str(value)
     if isinstance(value, os.PathLike):
-        return os.fspath(value)
+        # A PathLike whose __fspath__ gives bytes passes bytes on (unchanged here; reported).
+        return cast(str, os.fspath(value))
     raise TypeError(f"{what} must be a file name (a str, bytes or os.PathLike), got "
                     f"{type(value).__name__} {value!r:.80}.")
 

@@ -23,7 +23,7 @@ import zipfile
 import zlib
 from collections.abc import Collection, Hashable, Iterable, Iterator
 from types import ModuleType, TracebackType
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -560,7 +560,7 @@ class ParquetDataset(FileReader):
     def _file_rows(self, path: str) -> int | None:
         parquet = self._open(path)
         try:
-            return parquet.metadata.num_rows
+            return cast(int, parquet.metadata.num_rows)
         finally:
             parquet.close()
 
@@ -586,13 +586,13 @@ class ParquetDataset(FileReader):
         if array.null_count:
             raise self._nulls(path, column, f"{array.null_count} in a batch")
         if dtype.kind in "US":
-            return array.to_numpy(zero_copy_only=False).astype(dtype)
+            return cast(np.ndarray, array.to_numpy(zero_copy_only=False).astype(dtype))
         if self._pa.types.is_fixed_size_list(array.type):
             values = array.flatten()
             rows = len(array)
             inner = self._to_numpy(path, column, values, dtype)
             return inner.reshape((rows, array.type.list_size) + inner.shape[1:])
-        return array.to_numpy(zero_copy_only=False)
+        return cast(np.ndarray, array.to_numpy(zero_copy_only=False))
 
     # sizes: pyarrow's record batches decide
     def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:
@@ -686,7 +686,7 @@ class HDF5Dataset(FileReader):
 
     def _file_rows(self, path: str) -> int | None:
         with self._open(path) as f:
-            return self._datasets(path, f)[0].shape[0]
+            return cast(int, self._datasets(path, f)[0].shape[0])
 
     def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:
         with self._open(path) as f:

@@ -9,7 +9,7 @@ the sum, as TF's collective ops do.
 """
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -122,7 +122,7 @@ class CollectiveAllReduce(CrossDeviceOps):
             np.concatenate(arrays, axis=None, out=flat)
             flat = self._across_workers(flat, reduce_op, options, layout)
             if type(destinations) is np.ndarray:  # the one host destination: views of flat
-                return layout.views(flat)
+                return cast(list[Array | Mirrored], layout.views(flat))
             results: list[Array | Mirrored] = [None] * len(arrays)
             items = [(i, None) for i in range(len(arrays))]
             unpack_to(flat, layout, items, destinations, results, self._fusion)

@@ -42,11 +42,11 @@ def positive_float(name: str, value: Any, allow_zero: bool = False) -> float:
     """``value`` as a finite float > 0 (>= 0 with ``allow_zero``); the error names ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise TypeError(f"{name} must be a number, got {value!r}.")
-    value = float(value)
-    if value < 0 or (value == 0 and not allow_zero) or not np.isfinite(value):
+    number = float(value)
+    if number < 0 or (number == 0 and not allow_zero) or not np.isfinite(number):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value}.")
-    return value
+        raise ValueError(f"{name} must be a finite number {bound}, got {number}.")
+    return number
 
 
 class VariableStep(NamedTuple):

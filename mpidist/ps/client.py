@@ -76,7 +76,7 @@ class PSClient:
         self._server_names: dict[int, str] = {}  # ps rank -> how a wait's report names it
 
     # -- requests -----------------------------------------------------------------------------
-    def send(self, ps_rank: int, op: int, var_id: int, params: tuple = (), ids: Any = None,
+    def send(self, ps_rank: int, op: int, var_id: int, params: tuple[Any, ...] = (), ids: Any = None,
              data: Any = None, extra: int = 0, reply: bool = True) -> int:
         """Send one request; returns the reply tag to wait on (0 when posted)."""
         if self._servers_shut_down:  # no answer can come: fail now rather than at the deadline
@@ -127,7 +127,7 @@ class PSClient:
         name = self._server_names[ps_rank] = f"parameter server {self.roles.describe(ps_rank)}"
         return name
 
-    def request(self, ps_rank: int, op: int, var_id: int, params: tuple = (), ids: Any = None,
+    def request(self, ps_rank: int, op: int, var_id: int, params: tuple[Any, ...] = (), ids: Any = None,
                 data: Any = None, extra: int = 0, dtype: Any = np.uint8, shape: Any = None,
                 what: str = "request") -> np.ndarray | None:
         tag = self.send(ps_rank, op, var_id, params, ids, data, extra)

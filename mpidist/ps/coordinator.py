@@ -11,7 +11,7 @@ fails is fatal: ``PSUnavailableError`` from every later call.
 """
 
 import itertools
-from typing import Any
+from typing import Any, cast
 
 from mpidist.config import get_config
 from mpidist.core import nest
@@ -46,7 +46,7 @@ class ClusterCoordinator:
                 "`mpidist.experimental.coordinator.ClusterCoordinator` currently.")
         existing = strategy.extended.coordinator
         if existing is not None:
-            return existing
+            return cast(ClusterCoordinator, existing)
         if not strategy.extended.is_chief:
             raise RuntimeError("The ClusterCoordinator runs on the chief (rank 0) only.")
         self = super().__new__(cls)

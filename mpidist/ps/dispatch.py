@@ -45,8 +45,8 @@ _SPIN_SECONDS = 200e-6
 class Closure:
     closure_id: int
     function: Any
-    args: tuple
-    kwargs: dict
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
     remote_value: RemoteValue
     worker: int | None = None     # a per-worker resource closure runs on this worker task only
     is_dataset_fn: bool = False
@@ -67,7 +67,7 @@ class _Worker:
     alive: bool = True
     generation: int = 0           # bumped each time the worker restarts (preemption)
     inflight: dict[int, Closure] = dataclasses.field(default_factory=dict)
-    tagged: collections.deque = dataclasses.field(default_factory=collections.deque)
+    tagged: collections.deque[Closure] = dataclasses.field(default_factory=collections.deque)
     resources: list[Closure] = dataclasses.field(default_factory=list)
     sent_functions: set[int] = dataclasses.field(default_factory=set)
 

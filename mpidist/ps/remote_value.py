@@ -98,7 +98,7 @@ class PerWorkerValues:
         values = tuple(values)
         if not all(isinstance(v, RemoteValue) for v in values):
             raise AssertionError("`PerWorkerValues` should only take `RemoteValue`s.")
-        self._values = values
+        self._values: tuple[RemoteValue, ...] = values
 
     @property
     def values(self) -> tuple[RemoteValue, ...]:

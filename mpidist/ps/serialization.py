@@ -24,7 +24,7 @@ import struct
 import traceback
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import cloudpickle  # type: ignore[import-untyped]
 
@@ -78,7 +78,7 @@ def _refuse_local_variable(obj: object) -> None:
             "worker would update a copy of its own. Create it inside `with strategy.scope():`.")
 
 
-class _CloudPickler(cloudpickle.Pickler):
+class _CloudPickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships no types
     """cloudpickle (functions by value), refusing local variables."""
 
     def reducer_override(self, obj: object) -> Any:
@@ -170,7 +170,7 @@ def loads_function(data: bytes | memoryview) -> Callable[..., Any]:
     fn = pickle.loads(memoryview(data)[1:])
     if not callable(fn):
         raise TypeError(f"function payload unpickled to a non-callable {type(fn).__name__}.")
-    return fn
+    return cast(Callable[..., Any], fn)
 
 
 # -- payloads -----------------------------------------------------------------------------------
@@ -204,9 +204,8 @@ def loads_payload(frames: Sequence[Any]) -> Any:
 
 def _raw(frame: Any) -> memoryview:
     """A flat byte view of any contiguous buffer (C- or Fortran-ordered)."""
-    if type(frame) is not pickle.PickleBuffer:
-        frame = pickle.PickleBuffer(frame)
-    return frame.raw()
+    buffer: pickle.PickleBuffer = frame if type(frame) is pickle.PickleBuffer else pickle.PickleBuffer(frame)
+    return buffer.raw()
 
 
 def _first_offset(count: int) -> int:

@@ -92,7 +92,7 @@ def task_strategy() -> "ParameterServerStrategy":
     strategy = getattr(current_client(), "strategy", None)
     if strategy is None:
         raise RuntimeError("No ParameterServerStrategy was created on this rank.")
-    return strategy
+    return cast("ParameterServerStrategy", strategy)
 
 
 class ParameterServerStrategy(Strategy):
@@ -151,7 +151,7 @@ class ParameterServerStrategy(Strategy):
             _coordinator_type[0](self)
         return super().scope()
 
-    def __reduce__(self) -> tuple[Callable[[], "ParameterServerStrategy"], tuple]:
+    def __reduce__(self) -> tuple[Callable[[], "ParameterServerStrategy"], tuple[()]]:
         # A closure that captures the strategy gets the strategy of the rank that runs it.
         return task_strategy, ()
 

@@ -10,7 +10,7 @@ writes instead.
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -67,7 +67,7 @@ class ParameterServerUpdates(UpdateApplier):
     def slot_scope(self, extended: Any, variable: Any) -> contextlib.AbstractContextManager[Any]:
         """A slot lives on its variable's server (the fused update reads both there)."""
         if isinstance(variable, PSVariable):
-            return extended.colocate_vars_with(variable)
+            return cast(contextlib.AbstractContextManager[Any], extended.colocate_vars_with(variable))
         return contextlib.nullcontext()
 
     def shards(self, variable: Any) -> tuple[Any, ...] | None:

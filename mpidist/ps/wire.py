@@ -117,7 +117,7 @@ def unpack_dtype(code: int) -> np.dtype:
     return np.dtype(code.to_bytes(8, "little", signed=True).rstrip(b"\0").decode("ascii"))
 
 
-def encode_request(op: int, var_id: int, reply_tag: int = 0, params: tuple = (),
+def encode_request(op: int, var_id: int, reply_tag: int = 0, params: tuple[Any, ...] = (),
                    ids: Any = None, data: Any = None, extra: int = 0) -> tuple[Any, Any]:
     """(first message, second message or None)."""
     id_bytes = b"" if ids is None else np.ascontiguousarray(ids, dtype=np.int64).tobytes()

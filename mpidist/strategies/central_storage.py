@@ -10,7 +10,7 @@ across the replicas by the variable's aggregation and applied once.
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy.typing as npt
 
@@ -163,7 +163,7 @@ class CentralStorageExtended(MirroredExtended):
                 return self.create_variable(first, trainable, name, dtype, synchronization,
                                             aggregation, shape)
 
-            return mode.replica_context.merge_call(create, args=(initial_value,))
+            return cast(Variable, mode.replica_context.merge_call(create, args=(initial_value,)))
         synchronization = as_synchronization(synchronization)  # checked; one copy needs none
         aggregation = as_aggregation(aggregation)
         with state.device_scope(self._parameter_device):

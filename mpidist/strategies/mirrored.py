@@ -7,7 +7,7 @@ device and follow TF's ON_WRITE / ON_READ aggregation rules.
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy.typing as npt
 
@@ -256,7 +256,8 @@ class MirroredExtended(StrategyExtended):
                 return self.create_variable(first, trainable, name, dtype, synchronization,
                                             aggregation, shape)
 
-            return mode.replica_context.merge_call(create, args=(initial_value,))
+            return cast(MirroredVariable | SyncOnReadVariable,
+                        mode.replica_context.merge_call(create, args=(initial_value,)))
         synchronization = as_synchronization(synchronization)
         aggregation = as_aggregation(aggregation)
         base = name if name is not None else "Variable"

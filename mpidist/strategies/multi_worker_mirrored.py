@@ -140,8 +140,8 @@ class _MultiWorkerExtended(MirroredExtended):
         self._comm = comm
         self._num_workers = comm.size
         self._is_chief = chief
-        self._global_replicas = sum(counts)
-        self._offset = sum(counts[:worker_id])
+        self._global_replicas: int = sum(counts)
+        self._offset: int = sum(counts[:worker_id])
         self._same_replicas_everywhere = len(set(counts)) == 1
         self._communication_options = options
         nccl = RankNcclGroup(comm, devices[0].device_index) if use_nccl else None

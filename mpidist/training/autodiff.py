@@ -238,7 +238,8 @@ def _check_scalar(loss: Any, kind: str) -> None:
 # first variable -> {(loss code, ids of the variables)} already checked for unused variables:
 # the check runs once for each (weak keys: a model that is gone takes its entries with it, and
 # a new model that reuses its ids is checked afresh)
-_CHECKED: "weakref.WeakKeyDictionary[Variable, set]" = weakref.WeakKeyDictionary()
+_CHECKED: "weakref.WeakKeyDictionary[Variable, set[tuple[Any, tuple[int, ...]]]]" = (
+    weakref.WeakKeyDictionary())
 
 
 def _first_time(fn: Any, variables: Sequence[Variable]) -> bool:
@@ -313,9 +314,11 @@ def _autograd_tap() -> Any:
     was computed from, so a variable whose tap never runs does not enter the loss."""
     from autograd.extend import defvjp, primitive  # noqa: PLC0415 - an optional extra
 
-    @primitive
     def tap(x: Any, i: Any, reached: Any) -> Any:
         return x
+
+    # primitive(tap), not @primitive: autograd is untyped, and the primitive is not tap's type.
+    tapped: Any = primitive(tap)
 
     def tap_vjp(ans: Any, x: Any, i: Any, reached: Any) -> Any:
         def vjp(g: Any) -> Any:
@@ -323,8 +326,8 @@ def _autograd_tap() -> Any:
             return g
         return vjp
 
-    defvjp(tap, tap_vjp)
-    return tap
+    defvjp(tapped, tap_vjp)
+    return tapped
 
 
 # -- JAX ----------------------------------------------------------------------------------------

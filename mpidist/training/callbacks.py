@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 
 import numpy as np
 
@@ -141,7 +141,7 @@ class _Group:
 
 def _save_freq(value: Any) -> str | int:
     if value == "epoch":
-        return value
+        return cast(str, value)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"save_freq must be 'epoch' or a positive number of steps, got {value!r}.")
     return value

@@ -69,7 +69,7 @@ class Trackable(Protocol):
     TensorFlow's name, underscore included, so objects written for ``tf.train.Checkpoint``
     carry over; it is a protocol the user implements, not a private member."""
 
-    def _checkpoint_dependencies(self) -> dict:
+    def _checkpoint_dependencies(self) -> dict[str, Any]:
         """``{name: variable | trackable | dict / list / tuple of them}``: what to save under
         this object's key, each under ``key/name``."""
 
@@ -578,7 +578,7 @@ class CheckpointManager:
         self._prefix = os.path.join(directory, checkpoint_name)
         self._init_fn = init_fn
         self._kept = collections.OrderedDict()  # path -> timestamp, oldest first
-        self._latest = None
+        self._latest: str | None = None
         recovered = read_state(directory)
         if recovered is not None:
             for path, stamp in zip(recovered.paths, recovered.timestamps):

@@ -9,7 +9,6 @@ integer / float / complex dtypes and verifies every checksum before returning an
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import difflib
 import errno
@@ -21,7 +20,7 @@ import secrets
 import socket
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
@@ -344,7 +343,12 @@ def write_state(directory: str, latest: str | None, paths: Iterable[str],
     _atomic_write(_state_path(directory), lambda f: f.write(data))
 
 
-_State = collections.namedtuple("_State", ["latest", "paths", "timestamps"])
+class _State(NamedTuple):
+    """A state file's contents, its paths joined onto the directory."""
+
+    latest: str | None
+    paths: list[str]
+    timestamps: list[float]
 
 
 def read_state(directory: str) -> _State | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
 
 import numpy as np
 
@@ -105,7 +105,7 @@ def _model_outputs(model: Any, x: Any, y: Any, autodiff: str | None) -> tuple[An
     if hasattr(model, "loss_and_gradients"):
         outputs = model.loss_and_gradients(x, y)
         check_per_example(outputs[0], y, "loss_and_gradients(x, y)")
-        return outputs
+        return cast(tuple[Any, ...], outputs)
     return model_loss_and_gradients(model, x, y, backend=autodiff)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -263,7 +263,8 @@ class Metric:
         self._check_context(mode, "compute result()")
         if _in_replica_context(mode) and any(
                 is_distributed_variable(v) for v in self._state.values()):
-            return mode.replica_context.merge_call(lambda strategy: self._read_totals_cross())
+            return cast(dict[str, Any],
+                        mode.replica_context.merge_call(lambda strategy: self._read_totals_cross()))
         return self._read_totals_cross()
 
     def _read_totals_cross(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ replicas' fused or per-variable path here, or the parameter servers (``mpidist.p
 import contextlib
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -292,8 +292,8 @@ class Optimizer:
                 "`apply_gradients() cannot be called in cross-replica context. Use "
                 "`mpidist.Strategy.run` to enter replica context.")
         strategy = get_strategy()
-        return strategy.extended.update_applier.apply_gradients(
-            self._updates, strategy, grads_and_vars, name, experimental_aggregate_gradients)
+        return cast(Variable, strategy.extended.update_applier.apply_gradients(
+            self._updates, strategy, grads_and_vars, name, experimental_aggregate_gradients))
 
     def _apply_in_replicas(self, strategy: Any, grads_and_vars: Any, name: Any,
                            experimental_aggregate_gradients: bool) -> Variable:
@@ -503,7 +503,7 @@ class Optimizer:
 def _applier_of(var: Any, default_strategy: Any) -> UpdateApplier:
     """The applier of the strategy ``var`` was created in (the optimizer's, for a value)."""
     strategy = getattr(var, "distribute_strategy", None) or default_strategy
-    return strategy.extended.update_applier
+    return cast(UpdateApplier, strategy.extended.update_applier)
 
 
 class _OptimizerUpdates:
@@ -513,7 +513,7 @@ class _OptimizerUpdates:
     __slots__ = ("_opt", "__weakref__")
 
     def __init__(self, optimizer: "Optimizer") -> None:
-        self._opt = weakref.proxy(optimizer)  # the optimizer holds this view: no cycle
+        self._opt: Optimizer = weakref.proxy(optimizer)  # the optimizer holds this view: no cycle
 
     @property
     def rule(self) -> UpdateRule | None:

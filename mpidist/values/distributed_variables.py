@@ -67,7 +67,7 @@ class DistributedVariable(DistributedValues, Variable):
                 f"Mixing different mpidist.Strategy objects: {mode.strategy} is not {strategy}; "
                 f"variable {self.name!r} belongs to the latter, use it inside that strategy's scope."
             )
-        return mode.replica_context
+        return cast("ReplicaContextProtocol | None", mode.replica_context)
 
     @contextlib.contextmanager
     def _own_scope(self) -> Iterator[None]:

@@ -6,7 +6,7 @@ shape ``dense_shape``. Also the row-index checks every sparse operation shares
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -54,7 +54,7 @@ class IndexedSlices:
     @property
     def dtype(self) -> np.dtype:
         """The dtype of ``values``."""
-        return self.values.dtype
+        return cast(np.dtype[Any], self.values.dtype)
 
     @property
     def shape(self) -> tuple[int, ...] | None:

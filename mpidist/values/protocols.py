@@ -71,6 +71,6 @@ class ReplicaContextProtocol(Protocol):
 
     local_replica_id: int
 
-    def merge_call(self, merge_fn: Callable[..., Any], args: tuple = (),
-                   kwargs: dict | None = None) -> Any:
+    def merge_call(self, merge_fn: Callable[..., Any], args: tuple[Any, ...] = (),
+                   kwargs: dict[str, Any] | None = None) -> Any:
         """Run ``merge_fn(strategy, *args, **kwargs)`` once, in cross-replica context."""

@@ -10,7 +10,7 @@ import contextlib
 import operator
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -192,7 +192,7 @@ class Variable(VariableBase, metaclass=_VariableMeta):
                 None (the default) for a variable of no strategy, e.g. a checkpoint's counter.
         """
         if distribute_strategy is None:  # the common case: type's own call skips _VariableMeta
-            return type.__call__(cls, *args, **kwargs)
+            return cast(Variable, type.__call__(cls, *args, **kwargs))
         check_call(Variable.__init__, cls, *args, **kwargs)  # __init__'s checks, then its body
         variable = cls.__new__(cls)
         variable._init_local(*args, distribute_strategy=distribute_strategy, **kwargs)
@@ -236,7 +236,7 @@ class Variable(VariableBase, metaclass=_VariableMeta):
                     f"np.asarray(variable {self.name!r}, copy=False): the value cannot be "
                     f"lent without a copy ({self._why_copied(arr, wanted)}); use np.asarray(v) "
                     "or v.numpy(), which copy.")
-            view = arr.view()
+            view: np.ndarray = arr.view()
             view.flags.writeable = False
             return view
         host = as_array(arr)  # a GPU value is copied to the host here: no second copy then
