@@ -36,6 +36,11 @@ class ReduceOp(enum.Enum):
     SUM = "SUM"
     MEAN = "MEAN"
 
+    # Enum's own __hash__ is Python code (hash of the name), paid at every dict lookup keyed by
+    # an op, several per collective. Members are singletons compared by identity, so the
+    # identity hash agrees with equality.
+    __hash__ = object.__hash__
+
     @classmethod
     def _missing_(cls, value: object) -> "ReduceOp | None":
         if isinstance(value, str) and value.upper() in cls.__members__:

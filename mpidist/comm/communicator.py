@@ -171,8 +171,7 @@ class Communicator:
                 if send is not None:
                     buf[...] = send
                 return buf
-            _synchronize_stream(buf)
-            self._reduce_data(buf, op, wait, send)
+            self._reduce_data(buf, op, wait, send)  # host memory: no stream to finish
         return buf
 
     def all_reduce_packs(self, buf: Buffer, bounds: Iterable[tuple[int, int]], op: str = "sum",
@@ -291,12 +290,12 @@ class Communicator:
                       lambda: self._comm.Iallreduce(source, buf, mpi_op), "all-reduce")
 
     def _use_shared_memory(self, shm: SharedMemoryAllReduce, buf: Buffer) -> bool:
+        algorithm = self.allreduce_algorithm
+        if algorithm == "auto" and (self.shm_min_bytes is None or buf.nbytes < self.shm_min_bytes):
+            return False  # first the cheap test that rules out every small buffer
         if is_device_array(buf) or not shm.supports(buf):
             return False
-        algorithm = self.allreduce_algorithm
-        if algorithm != "auto":
-            return algorithm == "shm"
-        return self.shm_min_bytes is not None and buf.nbytes >= self.shm_min_bytes
+        return algorithm == "auto" or algorithm == "shm"
 
     # -- exit ----------------------------------------------------------------------------
     def _at_exit(self) -> None:

@@ -86,11 +86,12 @@ class Waiter:
             self(start_nonblocking(), what)
             return
         watchdog = self._guard.watchdog()
-        watchdog.watch(time.monotonic() + self._timeout, self._call, what, self._timeout)
+        # The watched tuple is set and cleared inline: this runs once per collective.
+        watchdog.watched = (time.monotonic() + self._timeout, self._call, what, self._timeout)
         try:
             call_blocking()
         finally:
-            watchdog.clear()
+            watchdog.watched = None
 
 
 def _yield(_at_most: float) -> None:
@@ -106,20 +107,14 @@ class Watchdog(threading.Thread):
     def __init__(self, guard: CollectiveGuard) -> None:
         super().__init__(name="mpidist-collective-watchdog", daemon=True)
         self._guard = guard
-        self._watched: tuple[float, CollectiveCall, str, float] | None = None
-
-    def watch(self, deadline: float, call: CollectiveCall, what: str, timeout: float) -> None:
-        """Watch ``call`` (its step ``what``) until ``clear``: past ``deadline``
-        (``time.monotonic()``), end the job."""
-        self._watched = (deadline, call, what, timeout)
-
-    def clear(self) -> None:
-        self._watched = None
+        # ``(deadline, call, what, timeout)`` while a blocking call runs, else None: past the
+        # deadline (``time.monotonic()``) the job ends. Set and cleared by ``Waiter.blocking``.
+        self.watched: tuple[float, CollectiveCall, str, float] | None = None
 
     def run(self) -> None:
         while True:
             time.sleep(0.05)  # wait-ok: the watchdog's own tick, for the job's lifetime
-            watched = self._watched
+            watched = self.watched
             if watched is not None and time.monotonic() >= watched[0]:
                 _, call, what, timeout = watched
                 guard = self._guard
