@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import cast
 
 import numpy as np
 
@@ -26,8 +25,7 @@ def file_name(value: object, what: str) -> str:
     if isinstance(value, (str, np.str_)):
         return str(value)
     if isinstance(value, os.PathLike):
-        # A PathLike whose __fspath__ gives bytes passes bytes on (unchanged here; reported).
-        return cast(str, os.fspath(value))
+        return os.fsdecode(value)  # a str, whether its __fspath__ gives str or bytes
     raise TypeError(f"{what} must be a file name (a str, bytes or os.PathLike), got "
                     f"{type(value).__name__} {value!r:.80}.")
 

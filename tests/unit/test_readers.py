@@ -112,6 +112,35 @@ def test_npy_fortran_order_and_several_files(tmp_path):
     assert_rows(ds, np.concatenate([x, y]))
 
 
+class _BytesPath:
+    """An os.PathLike whose __fspath__ gives bytes, as the protocol allows."""
+
+    def __init__(self, path):
+        self._path = os.fsencode(path)
+
+    def __fspath__(self):
+        return self._path
+
+
+def test_every_spelling_of_a_file_name_reads_the_same_file(tmp_path):
+    """str, bytes, pathlib.Path, a PathLike giving bytes, NumPy string scalars: each names the
+    file (a bytes PathLike used to pass bytes on where a str is promised)."""
+    x = make((6, 3), np.float64)
+    path = tmp_path / "f.npy"
+    np.save(path, x)
+    for name in (str(path), os.fsencode(path), path, _BytesPath(path), np.str_(str(path)),
+                 np.bytes_(os.fsencode(path))):
+        ds = NpyDataset(name, block_rows=4)
+        assert ds.cardinality() == 6, name
+        assert_rows(ds, x)
+    missing = tmp_path / "missing.npy"
+    for name in (str(missing), os.fsencode(missing), missing, _BytesPath(missing)):
+        with pytest.raises(NotFoundError, match=f"NpyDataset: {missing}: No such file"):
+            NpyDataset(name).cardinality()
+        with pytest.raises(NotFoundError, match=f"path {missing} does not exist"):
+            Dataset.load(name)
+
+
 def test_npy_default_block_spans_many_blocks(tmp_path):
     x = np.arange(700_001, dtype=np.float32)  # 2.8 MB: several default blocks, a short last one
     np.save(tmp_path / "a.npy", x)
