@@ -153,7 +153,8 @@ class MirroredExtended(StrategyExtended):
                                kwargs: dict[str, Any]) -> Any:
         if len(self._device_specs) == 1:
             return self._call_one_replica(fn, args, kwargs)
-        self._check_distributed_args(args, kwargs)
+        if not is_plain(args, kwargs):
+            self._check_distributed_args(args, kwargs)
         results = self._runner.run(fn, args, kwargs)
         return regroup(tuple(results), PerReplica, self._device_specs)
 

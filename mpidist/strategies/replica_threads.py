@@ -20,6 +20,7 @@ from mpidist.core import state, user_calls
 from mpidist.core.waiting import WaitKind, deadline_seconds, wait_until
 from mpidist.core.devices import DeviceSpec
 from mpidist.errors import DeadlineExceededError
+from mpidist.strategies.one_local_replica import is_plain
 from mpidist.values.containers import PerReplica
 from mpidist.values.regroup import regroup, select_replica
 
@@ -59,10 +60,11 @@ _ACTIVE = frozenset((_RUNNING, _RESUMED, _UNWINDING))  # still to park or end
 
 
 class _Run:
-    """The shared state of one ``run`` across its replica threads."""
+    """The shared state of one ``run`` across its replica threads (``cond``: the runner's one
+    Condition, reused run after run since runs do not overlap)."""
 
-    def __init__(self, n: int) -> None:
-        self.cond = threading.Condition()
+    def __init__(self, n: int, cond: threading.Condition) -> None:
+        self.cond = cond
         self.status = [_RUNNING] * n
         self.requests: list[_Request | None] = [None] * n
         self.merge_results: list[Any] = [None] * n
@@ -104,6 +106,7 @@ class ReplicaRunner:
         self._make_replica_context = make_replica_context
         self._workers: list[_Worker] | None = None
         self._lock = threading.Lock()  # one run at a time per strategy
+        self._cond = threading.Condition()  # every run's hand-offs (see _Run)
         self._owner: int | None = None  # the thread whose run holds the lock
 
     def _ensure_workers(self) -> list[_Worker]:
@@ -131,10 +134,11 @@ class ReplicaRunner:
         self._owner = threading.get_ident()
         try:
             workers = self._ensure_workers()
-            run = _Run(len(self._devices))
+            run = _Run(len(self._devices), self._cond)
+            plain = is_plain(args, kwargs)  # nothing to unwrap per replica: pass them as they are
             try:
                 for i, worker in enumerate(workers):
-                    worker.jobs.put(self._job(run, i, fn, args, kwargs))
+                    worker.jobs.put(self._job(run, i, fn, args, kwargs, plain))
                 self._coordinate(run)
                 return list(run.results)
             except BaseException:
@@ -145,7 +149,7 @@ class ReplicaRunner:
             self._lock.release()
 
     def _job(self, run: _Run, i: int, fn: Callable[..., Any], args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> Callable[[], None]:
+             kwargs: dict[str, Any], plain: bool) -> Callable[[], None]:
         device = self._devices[i]
         calls = user_calls.current_calls()  # collectives in the replica keep the caller's labels
 
@@ -154,9 +158,14 @@ class ReplicaRunner:
             ctx._coordinator = _Link(self, run)
             outcome, value = _DONE, None
             try:
-                with user_calls.adopt(calls), ctx, state.device_scope(device), \
-                        device_context(device):
-                    value = fn(*select_replica(i, args), **select_replica(i, kwargs))
+                with user_calls.adopt(calls), ctx, state.device_scope(device):
+                    mine, my_kwargs = (args, kwargs) if plain else \
+                        (select_replica(i, args), select_replica(i, kwargs))
+                    if device.is_gpu:
+                        with device_context(device):
+                            value = fn(*mine, **my_kwargs)
+                    else:  # no CuPy device to make current: skip the context manager's cost
+                        value = fn(*mine, **my_kwargs)
             except _Unwind:
                 outcome = _UNWOUND
             except BaseException as exc:  # noqa: BLE001 - reported on the calling thread
