@@ -531,6 +531,9 @@ def check_step_report(report, nprocs):
             assert r["comm_us"] > 0 or r["strategy"] == "OneDevice"
         if r["path"] == "fit":
             assert r["step_ms"] > 0 and 0 <= r["comm_share"] < 1
+            # the raw NumPy + mpi4py step beside it, timed the same way
+            assert r["raw_step_ms"] > 0 and 0 <= r["raw_comm_share"] < 1
+            assert math.isclose(r["step_x_raw"], r["step_ms"] / r["raw_step_ms"], rel_tol=1e-9)
             assert r["variables"] == {"digits MLP": 4, "20-layer MLP": 40}[r["model"]]
     replicas = {r["strategy"]: r["replicas"] for r in rows}
     assert replicas == ({"OneDevice": 1, "Mirrored x2": 2, "MWMS 1x1": 1} if nprocs == 1

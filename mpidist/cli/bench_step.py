@@ -331,24 +331,31 @@ class DeepMLP:
 
     def loss_and_gradients(self, x: np.ndarray,
                            y: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
-        acts = [np.asarray(x, dtype=self.layers[0][0].dtype)]
-        weights = [(w.read_value(), b.read_value()) for w, b in self.layers]
-        for i, (w, b) in enumerate(weights):
-            z = acts[-1] @ w + b
-            acts.append(np.tanh(z) if i < len(weights) - 1 else z)
-        logits = acts[-1]
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        rows = np.arange(len(y))
-        per_example = -log_probs[rows, y]
-        delta = np.exp(log_probs)
-        delta[rows, y] -= 1.0
-        grads = []
-        for i in range(len(weights) - 1, -1, -1):
-            grads += [delta.sum(axis=0), acts[i].T @ delta]
-            if i:
-                delta = (delta @ weights[i][0].T) * (1.0 - acts[i] * acts[i])
-        return per_example, grads[::-1], logits
+        return mlp_loss_and_gradients([(w.read_value(), b.read_value()) for w, b in self.layers],
+                                      x, y)
+
+
+def mlp_loss_and_gradients(weights: Sequence[tuple[np.ndarray, np.ndarray]], x: np.ndarray,
+                           y: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """DeepMLP's forward and backward pass on plain arrays ``[(w, b), ...]``: the per-example
+    losses, the gradients in variable order (w0, b0, w1, ...) and the logits."""
+    acts = [np.asarray(x, dtype=weights[0][0].dtype)]
+    for i, (w, b) in enumerate(weights):
+        z = acts[-1] @ w + b
+        acts.append(np.tanh(z) if i < len(weights) - 1 else z)
+    logits = acts[-1]
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    rows = np.arange(len(y))
+    per_example = -log_probs[rows, y]
+    delta = np.exp(log_probs)
+    delta[rows, y] -= 1.0
+    grads = []
+    for i in range(len(weights) - 1, -1, -1):
+        grads += [delta.sum(axis=0), acts[i].T @ delta]
+        if i:
+            delta = (delta @ weights[i][0].T) * (1.0 - acts[i] * acts[i])
+    return per_example, grads[::-1], logits
 
 
 class _AllReduceClock:
@@ -415,12 +422,15 @@ def _fit_case(strategy: "Strategy", label: str, model_name: str, steps: int,
                           verbose=0)  # warm-up; also checks the loss is a number
     loss = history.history["loss"][-1]
     _agree(timer.control, None if np.isfinite(loss) else f"loss {loss}", f"{label}: fit")
+    raw_step = _RawFitStep(model, x, y, size, raw_comm, mpi)
     step_s: list[float]
     comm_s: list[float]
-    step_s, comm_s = [], []
+    raw_step_s: list[float]
+    raw_comm_s: list[float]
+    step_s, comm_s, raw_step_s, raw_comm_s = [], [], [], []
     clock = _AllReduceClock()
     with clock:
-        for _ in range(timer.rounds):
+        for _ in range(timer.rounds):  # mpidist and the raw step alternate, round by round
             clock.take()
             timer.control.Barrier()
             start = time.perf_counter()
@@ -428,9 +438,14 @@ def _fit_case(strategy: "Strategy", label: str, model_name: str, steps: int,
             elapsed = time.perf_counter() - start
             step_s.append(timer.control.allreduce(elapsed, op=mpi.MAX) / steps)
             comm_s.append(timer.control.allreduce(clock.take() / local, op=mpi.MAX) / steps)
+            timer.control.Barrier()
+            elapsed, in_allreduce = raw_step.epoch(steps)
+            raw_step_s.append(timer.control.allreduce(elapsed, op=mpi.MAX) / steps)
+            raw_comm_s.append(timer.control.allreduce(in_allreduce, op=mpi.MAX) / steps)
     raw = timer.compare({"raw": lambda: raw_comm.Allreduce(packed, packed_out, mpi.SUM)},
                         calibrate_with="raw")["raw"]
     step, comm = statistics.median(step_s), statistics.median(comm_s)
+    raw_step_time, raw_comm = statistics.median(raw_step_s), statistics.median(raw_comm_s)
     return {
         "path": "fit", "strategy": label, "ranks": size, "replicas": strategy.num_replicas_in_sync,
         "case": model_name, "model": model_name, "layers": len(widths) - 1,
@@ -443,7 +458,53 @@ def _fit_case(strategy: "Strategy", label: str, model_name: str, steps: int,
         "baseline_us": raw["median"] * 1e6,
         "ratio": step / raw["median"] if raw["median"] > 0 else 0.0,
         "step_samples_ms": [s * 1e3 for s in step_s],
+        # the same step in plain NumPy + mpi4py (_RawFitStep), timed the same way
+        "raw_step_ms": raw_step_time * 1e3, "raw_comm_ms": raw_comm * 1e3,
+        "raw_comm_share": raw_comm / raw_step_time if raw_step_time > 0 else 0.0,
+        "step_x_raw": step / raw_step_time if raw_step_time > 0 else 0.0,
     }
+
+
+class _RawFitStep:
+    """The fit step without mpidist, for the fit row's baseline: each rank computes its share
+    of the global batch with ``mlp_loss_and_gradients`` on plain arrays, packs the loss sum,
+    the example count and the gradients into one float64 buffer, sums it with mpi4py's
+    ``Allreduce`` and applies SGD with momentum 0.9 in NumPy. ``epoch`` returns the wall time
+    and the time inside ``Allreduce`` (waiting for the slower rank included, as for mpidist)."""
+
+    def __init__(self, model: DeepMLP, x: np.ndarray, y: np.ndarray, ranks: int, comm: Any,
+                 mpi: Any) -> None:
+        self.weights = [(np.array(w.numpy()), np.array(b.numpy())) for w, b in model.layers]
+        self.velocity = [(np.zeros_like(w), np.zeros_like(b)) for w, b in self.weights]
+        rows = GLOBAL_BATCH // ranks
+        rank = comm.Get_rank()
+        self.batches = [(x[i + rank * rows:i + (rank + 1) * rows],
+                         y[i + rank * rows:i + (rank + 1) * rows])
+                        for i in range(0, len(x) - GLOBAL_BATCH + 1, GLOBAL_BATCH)]
+        self.buffer = np.empty(2 + sum(w.size + b.size for w, b in self.weights))
+        self.comm, self.sum = comm, mpi.SUM
+        self.in_place = mpi.IN_PLACE
+
+    def epoch(self, steps: int) -> tuple[float, float]:
+        in_allreduce = 0.0
+        buffer = self.buffer
+        start = time.perf_counter()
+        for xb, yb in self.batches[:steps]:
+            per_example, grads, _ = mlp_loss_and_gradients(self.weights, xb, yb)
+            buffer[0], buffer[1] = per_example.sum(), len(per_example)
+            np.concatenate([g.reshape(-1) for g in grads], out=buffer[2:])
+            t = time.perf_counter()
+            self.comm.Allreduce(self.in_place, buffer, self.sum)
+            in_allreduce += time.perf_counter() - t
+            offset = 2
+            for (w, b), (vw, vb) in zip(self.weights, self.velocity):
+                for value, velocity in ((w, vw), (b, vb)):
+                    grad = buffer[offset:offset + value.size].reshape(value.shape)
+                    offset += value.size
+                    velocity *= 0.9
+                    velocity -= 0.01 / buffer[1] * grad  # the mean gradient over the batch
+                    value += velocity
+        return time.perf_counter() - start, in_allreduce
 
 
 # -- rows and the sweep -------------------------------------------------------------------------

@@ -71,7 +71,9 @@ class Waiter:
 
         # More ranks than cores: give the core to the peer we wait for (a rank that spins
         # through its time slice made every 4-rank collective on 2 cores cost ~1 ms).
-        wait_until(request.Test, f"collective #{guard.seq} {call.describe()} ({what})",
+        # The description is built only for a report: this path runs whenever this rank
+        # arrives first, and describing the call costs more than the wait often does.
+        wait_until(request.Test, lambda: f"collective #{guard.seq} {call.describe()} ({what})",
                    "the other ranks", timeout=self._timeout, setting=self._setting(),
                    pause=_yield, spins=64, on_expiry=expire, on_stall=stall)
 

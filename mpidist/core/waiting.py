@@ -68,7 +68,8 @@ class Wait:
     """One wait in progress: what it waits for, on whom, since when, until when.
 
     Args:
-        what: What is awaited, e.g. ``"the reply to a read of 'w'"``.
+        what: What is awaited, e.g. ``"the reply to a read of 'w'"``; or a function that
+            says it when the report is written (so a wait that ends soon builds no text).
         on: Who must act for the wait to end, e.g. ``"parameter server rank 1"``; or a
             function that says it when the report is written (who is still missing then).
         timeout: Seconds; None takes the deadline of ``kind`` from Config.
@@ -79,7 +80,8 @@ class Wait:
 
     __slots__ = ("what", "on", "timeout", "setting", "started", "started_wall", "deadline")
 
-    def __init__(self, what: str, on: str | Callable[[], str], timeout: float | None = None,
+    def __init__(self, what: str | Callable[[], str], on: str | Callable[[], str],
+                 timeout: float | None = None,
                  kind: tuple[str, str] = WaitKind.LOCAL, setting: str | None = None) -> None:
         self.what = what
         self.on = on
@@ -102,7 +104,8 @@ class Wait:
         now = time.monotonic() if now is None else now
         since = datetime.fromtimestamp(self.started_wall).strftime("%H:%M:%S")
         on = self.on if isinstance(self.on, str) else self.on()
-        return f"waited {now - self.started:.1f} s for {self.what} on {on} (since {since})"
+        what = self.what if isinstance(self.what, str) else self.what()
+        return f"waited {now - self.started:.1f} s for {what} on {on} (since {since})"
 
     def error(self, now: float | None = None) -> DeadlineExceededError:
         """The DeadlineExceededError of this wait past its deadline."""
@@ -126,7 +129,8 @@ def _sleep_backoff() -> Callable[[float], None]:
     return pause
 
 
-def wait_until(ready: Callable[[], bool], what: str, on: str | Callable[[], str], *,
+def wait_until(ready: Callable[[], bool], what: str | Callable[[], str],
+               on: str | Callable[[], str], *,
                timeout: float | None = None, kind: tuple[str, str] = WaitKind.LOCAL,
                setting: str | None = None, pause: Callable[[float], object] | None = None,
                poll: float = 0.05, spins: int = 1,
