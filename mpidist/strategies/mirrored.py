@@ -153,9 +153,10 @@ class MirroredExtended(StrategyExtended):
                                kwargs: dict[str, Any]) -> Any:
         if len(self._device_specs) == 1:
             return self._call_one_replica(fn, args, kwargs)
-        if not is_plain(args, kwargs):
+        plain = is_plain(args, kwargs)
+        if not plain:
             self._check_distributed_args(args, kwargs)
-        results = self._runner.run(fn, args, kwargs)
+        results = self._runner.run(fn, args, kwargs, plain)
         return regroup(tuple(results), PerReplica, self._device_specs)
 
     def _call_one_replica(self, fn: Callable[..., Any], args: tuple[Any, ...],

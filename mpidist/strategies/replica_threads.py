@@ -20,7 +20,6 @@ from mpidist.core import state, user_calls
 from mpidist.core.waiting import WaitKind, deadline_seconds, wait_until
 from mpidist.core.devices import DeviceSpec
 from mpidist.errors import DeadlineExceededError
-from mpidist.strategies.one_local_replica import is_plain
 from mpidist.values.containers import PerReplica
 from mpidist.values.regroup import regroup, select_replica
 
@@ -118,9 +117,10 @@ class ReplicaRunner:
         for worker in self._workers or ():
             worker.jobs.put(None)
 
-    def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-            ) -> list[Any]:
-        """Call ``fn`` on every replica; returns the list of per-replica results."""
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+            plain: bool) -> list[Any]:
+        """Call ``fn`` on every replica; returns the list of per-replica results. ``plain``:
+        no argument can hold a distributed value (``is_plain``), so none is unwrapped."""
         if self._owner == threading.get_ident():  # a merge_fn re-entering: it would wait forever
             raise RuntimeError(
                 "strategy.run was called inside a merge_fn (or extended.update) of the same "
@@ -135,7 +135,6 @@ class ReplicaRunner:
         try:
             workers = self._ensure_workers()
             run = _Run(len(self._devices), self._cond)
-            plain = is_plain(args, kwargs)  # nothing to unwrap per replica: pass them as they are
             try:
                 for i, worker in enumerate(workers):
                     worker.jobs.put(self._job(run, i, fn, args, kwargs, plain))
