@@ -163,3 +163,59 @@ def test_checkpoint_of_arena_variables_restores_into_a_fresh_model(tmp_path):
     for a, b in zip(fresh, got):
         assert np.array_equal(a.numpy(), b)
     assert int(opt2.iterations.numpy()) == 3
+
+
+# -- packing the gradients: every layout a gradient can have gives concatenate's bytes ------------
+def _layout(data, shape, dtype):
+    """A gradient of ``shape`` and ``dtype`` in one of the layouts users hand over."""
+    from hypothesis import strategies as st
+
+    size = int(np.prod(shape, dtype=np.int64))
+    base = ((np.arange(size * 2) % 13 - 6) * 0.5).astype(dtype)
+    kind = data.draw(st.sampled_from(["c", "fortran", "strided", "reversed", "view"]))
+    if kind == "fortran":
+        return np.asfortranarray(base[:size].reshape(shape))
+    if kind == "strided":
+        return base[::2].reshape(shape)
+    if kind == "reversed":
+        return base[::-1][:size].reshape(shape)
+    if kind == "view":  # a view into a bigger buffer, as a flat-gradient function gives
+        return base[size:].reshape(shape)
+    return base[:size].reshape(shape).copy()
+
+
+def test_packed_gradients_are_the_concatenated_values_whatever_their_layout():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from mpidist.training.fused_apply import FusedPlan
+
+    shapes = st.lists(st.lists(st.integers(0, 5), max_size=3).map(tuple), min_size=1,
+                      max_size=40)
+
+    @settings(max_examples=60, deadline=None)
+    @given(shapes=shapes, arena_dtype=st.sampled_from([np.float32, np.float64]),
+           grad_dtypes=st.data())
+    def check(shapes, arena_dtype, grad_dtypes):
+        variables = [mpidist.Variable(np.zeros(s, arena_dtype)) for s in shapes]
+        plan = FusedPlan.build(variables, [{} for _ in variables], [])
+        assert plan is not None
+        grads = [_layout(grad_dtypes, s, grad_dtypes.draw(
+                     st.sampled_from([arena_dtype, arena_dtype, np.float32, np.float64,
+                                      np.int32])))
+                 for s in shapes]
+        exact = all(g.dtype == arena_dtype for g in grads)
+        signature = (tuple(map(type, grads)), tuple(g.shape for g in grads),
+                     tuple(g.dtype for g in grads))
+        for _ in range(2):  # the second time the plan knows the signature
+            plan.grads[0][...] = -1
+            assert plan.pack(0, grads, exact_dtype=False, signature=signature)
+            want = np.concatenate([g.ravel() for g in grads] + [np.zeros(0)]).astype(arena_dtype)
+            assert np.array_equal(plan.grads[0], want)
+        # A reduction runs in the gradients' own dtype: another dtype is refused, untouched.
+        plan.grads[0][...] = -1
+        assert plan.pack(0, grads, exact_dtype=True) is exact
+        if not exact:
+            assert (plan.grads[0] == -1).all()
+
+    check()
