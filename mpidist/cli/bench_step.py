@@ -16,9 +16,9 @@ replica per rank):
   NumPy update by the best single pass there is, mpidist's own fused Numba kernel on the
   packed arrays (``ratio_to_fused``).
 - ``fit``: one ``mpidist.fit`` epoch of N steps of an MLP (the digits example's 64-32-10, and a
-  20-layer 64-128...-10), ms per step, with the time spent inside ``ReplicaContext.all_reduce``
-  (fit's one fused all-reduce of loss and gradients: communication, including the wait for the
-  slowest replica) and a raw ``Allreduce`` of the same gradient bytes for scale.
+  20-layer 64-128...-10), ms per step, with the time spent inside the strategy's reduction
+  plan (fit's one fused all-reduce of loss and gradients: communication, including the wait
+  for the slowest replica) and a raw ``Allreduce`` of the same gradient bytes for scale.
 
 Method: results are checked against the baseline's before timing; cases alternate within each
 round (order flipped every round); a sample is the slowest rank's time per call; the figure is
@@ -359,41 +359,35 @@ def mlp_loss_and_gradients(weights: Sequence[tuple[np.ndarray, np.ndarray]], x: 
 
 
 class _AllReduceClock:
-    """Wall time spent inside ``ReplicaContext.all_reduce`` (and any subclass's override), summed
-    over this process's replica threads; installed only while a fit case is timed."""
+    """Wall time spent inside the strategy's reduction plan (``reduction_plan()``'s
+    ``all_reduce`` and ``all_reduce_packed``: every sum of a replica's values goes through one
+    of them, ``ReplicaContext.all_reduce``'s and the optimizer's packed gradients alike),
+    summed over this process's replica threads; installed only while a fit case is timed."""
 
-    def __init__(self) -> None:
-        from mpidist.strategies.replica_context import ReplicaContext  # noqa: PLC0415
+    _ENTRIES = ("all_reduce", "all_reduce_packed")
 
+    def __init__(self, strategy: "Strategy") -> None:
         self.spans: list[float] = []
-        self._saved: list[tuple[type, Callable[..., Any]]] = []
-        classes: list[type]
-        todo: list[type]
-        classes, todo = [], [ReplicaContext]
-        while todo:
-            cls = todo.pop()
-            classes.append(cls)
-            todo += cls.__subclasses__()
-        for cls in classes:
-            if "all_reduce" in cls.__dict__:
-                self._saved.append((cls, cls.__dict__["all_reduce"]))
+        self._plan_class = type(strategy.extended.reduction_plan())
+        self._saved = [(name, self._plan_class.__dict__[name]) for name in self._ENTRIES
+                       if name in self._plan_class.__dict__]
 
     def __enter__(self) -> "_AllReduceClock":
         spans = self.spans
-        for cls, original in self._saved:
-            def timed(ctx: Any, *args: Any, _original: Callable[..., Any] = original,
+        for name, original in self._saved:
+            def timed(plan: Any, *args: Any, _original: Callable[..., Any] = original,
                       **kwargs: Any) -> Any:
                 start = time.perf_counter()
                 try:
-                    return _original(ctx, *args, **kwargs)
+                    return _original(plan, *args, **kwargs)
                 finally:
                     spans.append(time.perf_counter() - start)  # list.append is thread-safe
-            setattr(cls, "all_reduce", timed)  # noqa: B010 - classes found at run time
+            setattr(self._plan_class, name, timed)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for cls, original in self._saved:
-            setattr(cls, "all_reduce", original)  # noqa: B010 - as above
+        for name, original in self._saved:
+            setattr(self._plan_class, name, original)
 
     def take(self) -> float:
         total = sum(self.spans)
@@ -428,7 +422,7 @@ def _fit_case(strategy: "Strategy", label: str, model_name: str, steps: int,
     raw_step_s: list[float]
     raw_comm_s: list[float]
     step_s, comm_s, raw_step_s, raw_comm_s = [], [], [], []
-    clock = _AllReduceClock()
+    clock = _AllReduceClock(strategy)
     with clock:
         for _ in range(timer.rounds):  # mpidist and the raw step alternate, round by round
             clock.take()

@@ -61,9 +61,9 @@ def step_table(job: Job, rows: list[Row], timer_text: str) -> list[str]:
     ft = [r for r in rows if r["path"] == "fit"]
     if ft:
         lines += ["#", f"# mpidist.fit, global batch {ft[0]['global_batch']}, SGD momentum; comm = "
-                  "time inside ReplicaContext.all_reduce; raw = the same step in NumPy + "
-                  "mpi4py (its comm: time inside Allreduce); both include waiting for the "
-                  "slower rank", f"# {'strategy':<22} {'model':>13} "
+                  "time inside the strategy's reduction plan (its one all-reduce); raw = the "
+                  "same step in NumPy + mpi4py (its comm: time inside Allreduce); both "
+                  "include waiting for the slower rank", f"# {'strategy':<22} {'model':>13} "
                   f"{'vars':>5} {'step ms':>9} {'comm ms':>9} {'comm %':>7} {'raw step':>9} "
                   f"{'raw comm':>9} {'raw %':>6} {'x raw':>6} {'raw AR':>10}"]
         lines += [f"  {r['strategy']:<22} {r['model']:>13} {r['variables']:>5} "
@@ -221,7 +221,7 @@ def render_markdown(reports: list[dict[str, Any]], commands: Sequence[str] = ())
     ft = [r for r in rows if r["path"] == "fit"]
     if ft:
         lines += [f"**`mpidist.fit` step**, global batch {ft[0]['global_batch']}, float64, SGD with "
-                  "momentum; comm = time inside `ReplicaContext.all_reduce` (fit's one fused "
+                  "momentum; comm = time inside the strategy's reduction plan (fit's one fused "
                   "all-reduce of loss and gradients, with the wait for the slowest replica); "
                   "raw step = the same step in NumPy + mpi4py, its comm share the time inside "
                   "its `Allreduce` (the wait included); raw AR = one raw `Allreduce` of the same "

@@ -9,7 +9,8 @@ the sum, as TF's collective ops do.
 """
 
 from collections.abc import Sequence
-from typing import Any, cast
+from operator import attrgetter
+from typing import Any
 
 import numpy as np
 
@@ -115,14 +116,15 @@ class CollectiveAllReduce(CrossDeviceOps):
         # The one-replica-per-rank layout: each tensor is packed once (one concatenate) into a
         # recycled buffer that MPI reduces in place; results are views into it.
         dtype = arrays[0].dtype
-        layout = self._fusion.layout_of(tuple(a.shape for a in arrays))
+        layout = self._fusion.layout_of(tuple(map(_shape, arrays)))
         with self._fusion.lock:
             flat = self._fusion.host_result(layout.total, dtype)
             # axis=None flattens each input in C order inside NumPy: no view per tensor.
             np.concatenate(arrays, axis=None, out=flat)
             flat = self._across_workers(flat, reduce_op, options, layout)
             if type(destinations) is np.ndarray:  # the one host destination: views of flat
-                return cast(list[Array | Mirrored], layout.views(flat))
+                views: list[Array | Mirrored] = layout.views(flat)  # no cast() call per step
+                return views
             results: list[Array | Mirrored] = [None] * len(arrays)
             items = [(i, None) for i in range(len(arrays))]
             unpack_to(flat, layout, items, destinations, results, self._fusion)
@@ -289,6 +291,8 @@ class HostReplicaPlan:
 
 
 _PACKABLE = frozenset(np.dtype(t) for t in ("float32", "float64", "int32", "int64"))
+_NDARRAY = {np.ndarray}
+_dtype, _shape = attrgetter("dtype"), attrgetter("shape")
 
 
 def _direct(dtype: np.dtype) -> bool:
@@ -304,10 +308,15 @@ def _host_groups(arrays: list[Any]) -> list[list[int]] | None:
     """The direct host path's eligibility for several arrays: their indices grouped by dtype
     (in order of first appearance) when all are host ndarrays, a lone array of its dtype of
     one MPI reduces alone and a group of a packable dtype; else None (the general path)."""
+    if set(map(type, arrays)) != _NDARRAY:
+        return [] if not arrays else None
+    dtypes = set(map(_dtype, arrays))
+    if len(dtypes) == 1:  # the common batch: one dtype, one group, in order
+        (dtype,) = dtypes
+        ok = _direct(dtype) if len(arrays) == 1 else dtype in _PACKABLE
+        return [list(range(len(arrays)))] if ok else None
     by_dtype: dict[np.dtype, list[int]] = {}
     for i, a in enumerate(arrays):
-        if type(a) is not np.ndarray:
-            return None
         by_dtype.setdefault(a.dtype, []).append(i)
     for dtype, indices in by_dtype.items():
         if not (_direct(dtype) if len(indices) == 1 else dtype in _PACKABLE):

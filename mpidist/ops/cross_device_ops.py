@@ -5,6 +5,7 @@ Public methods validate and normalise their inputs, take TF's shortcuts, then ca
 """
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -35,6 +36,8 @@ Pairs: TypeAlias = list[tuple[DistributedValues, Destinations]]
 # Booleans are refused: a fused sum of bools is a logical OR in some paths and a count in
 # others, so either answer would surprise someone; strings and objects have no sum at all.
 _REDUCIBLE_KINDS = frozenset("iufc")
+_NDARRAY = {np.ndarray}
+_dtype = attrgetter("dtype")
 
 
 def _leaf_dtype(x: object) -> np.dtype | None:
@@ -55,6 +58,10 @@ def check_reducible(method: str, reduce_op: ReduceOp, value: Any) -> None:
     leaves of a batch). Runs before any communication, so a bad value never half-reduces.
     """
     leaves = value if type(value) is list else (value,)
+    # The common batch, host arrays: only its distinct dtypes need a look.
+    if type(value) is list and set(map(type, value)) == _NDARRAY \
+            and all(d.kind in _REDUCIBLE_KINDS for d in set(map(_dtype, value))):
+        return
     for leaf in leaves:
         parts = leaf.values if isinstance(leaf, DistributedValues) else (leaf,)
         for part in parts:

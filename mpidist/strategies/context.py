@@ -4,7 +4,7 @@
 ``mpidist.strategies.strategy``, beside the scope and StrategyExtended they work on.
 """
 
-from typing import TYPE_CHECKING, NoReturn, cast
+from typing import TYPE_CHECKING, NoReturn
 
 from mpidist.core import state
 
@@ -24,7 +24,8 @@ __all__ = [
 
 def get_strategy() -> "Strategy":
     """The current strategy: the innermost ``scope()``'s, else the default strategy."""
-    return cast("Strategy", state.current_mode().strategy)
+    strategy: Strategy = state.current_mode().strategy  # (an annotation: no call at run time)
+    return strategy
 
 
 def has_strategy() -> bool:
@@ -34,7 +35,8 @@ def has_strategy() -> bool:
 
 def get_replica_context() -> "ReplicaContext | None":
     """The current ReplicaContext, or None in cross-replica context."""
-    return cast("ReplicaContext | None", state.current_mode().replica_context)
+    context: ReplicaContext | None = state.current_mode().replica_context
+    return context
 
 
 def in_cross_replica_context() -> bool:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ReplicaContext"]
 
+_NDARRAY = frozenset((np.ndarray,))
 _OP_NAMES = {op: op.value for op in ReduceOp}  # the labels' names, without Enum's descriptor
 
 # The spellings a step passes every time, looked up without the Enum call (others convert).
@@ -176,7 +177,7 @@ class ReplicaContext:
         kind: type | None = type(value)
         if kind is np.ndarray:
             leaves = [value]
-        elif (kind is list or kind is tuple) and all(type(v) is np.ndarray for v in value):
+        elif (kind is list or kind is tuple) and set(map(type, value)) <= _NDARRAY:
             leaves = list(value)
         else:
             kind = None

@@ -39,6 +39,12 @@ class OptimizerUpdates(Protocol):
                           aggregate: bool) -> Any:
         """The synchronous path: sum over replicas, then update every copy."""
 
+    def apply_mean(self, strategy: Any, grads_and_vars: Any, totals: Any,
+                   in_replicas: bool) -> Any:
+        """``Optimizer.apply_mean_gradients``: sum the gradients and ``totals`` over the
+        replicas, apply the gradients divided by the summed example count; ``in_replicas``:
+        the replicas' own fused path may carry it out. Returns the summed totals."""
+
     def check(self, strategy: Any, grads_and_vars: Any, name: str | None
               ) -> tuple[list[Any], tuple[Any, ...]]:
         """The checked ``(gradients, variables)`` of the pairs (errors name the bad pair)."""
@@ -75,6 +81,13 @@ class UpdateApplier:
         the optimizer's ``iterations``."""
         raise NotImplementedError
 
+    def apply_mean_gradients(self, updates: OptimizerUpdates, strategy: Any,
+                             grads_and_vars: Any, totals: Any) -> Any:
+        """``Optimizer.apply_mean_gradients`` under ``strategy``: one all-reduce of the totals
+        and the gradients, then this applier's ``apply_gradients`` of the means (no second
+        aggregation). Returns the summed totals."""
+        return updates.apply_mean(strategy, grads_and_vars, totals, in_replicas=False)
+
     def slot_scope(self, extended: Any, variable: Any) -> contextlib.AbstractContextManager[Any]:
         """Where ``variable``'s slots are created (inside its strategy's scope)."""
         return contextlib.nullcontext()
@@ -96,6 +109,10 @@ class ReplicaUpdates(UpdateApplier):
     def apply_gradients(self, updates: OptimizerUpdates, strategy: Any, grads_and_vars: Any,
                         name: str | None, aggregate: bool) -> Any:
         return updates.apply_in_replicas(strategy, grads_and_vars, name, aggregate)
+
+    def apply_mean_gradients(self, updates: OptimizerUpdates, strategy: Any,
+                             grads_and_vars: Any, totals: Any) -> Any:
+        return updates.apply_mean(strategy, grads_and_vars, totals, in_replicas=True)
 
 
 REPLICA_UPDATES = ReplicaUpdates()

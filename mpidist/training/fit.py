@@ -36,9 +36,9 @@ from mpidist.data.distributed import DistributedDataset, epoch_iterator
 from mpidist.core import state
 from mpidist.core.messages import named_instance, short_repr
 from mpidist.core.signatures import accepts
-from mpidist.core.user_calls import labelled, user_call
+from mpidist.core.user_calls import labelled
 from mpidist.strategies.alone_warning import warn_if_alone
-from mpidist.strategies.context import get_replica_context, get_strategy
+from mpidist.strategies.context import get_strategy
 from mpidist.training.autodiff import BACKENDS, model_loss_and_gradients, model_per_example_loss
 from mpidist.training.callbacks import BackupAndRestore, Callback, History, check_callbacks
 from mpidist.training.losses import check_per_example
@@ -269,15 +269,9 @@ class _FitLoop:
                     f"{getattr(v, 'name', i)!r} (position {i}); fit sums every gradient across "
                     "replicas, so return zeros of the variable's shape where the loss does not "
                     "depend on it.")
-        # The optimizer's settings join this all-reduce's cross-rank check: apply_gradients
-        # below moves no data, so a rank with another learning rate would drift silently.
-        with user_call("Optimizer.apply_gradients", **self.optimizer.hyperparameters()):
-            reduced = get_replica_context().all_reduce(  # type: ignore[union-attr]  # in run
-                ReduceOp.SUM, [_loss_totals(per_example)] + grads)
-        totals, n = reduced[0], float(reduced[0][1])
-        mean_grads = [g / g.dtype.type(n) for g in reduced[1:]]
-        self.optimizer.apply_gradients(zip(mean_grads, variables),
-                                       experimental_aggregate_gradients=False)
+        # One all-reduce of the loss totals and the gradients, then the global-batch mean.
+        totals = self.optimizer.apply_mean_gradients(zip(grads, variables),
+                                                     _loss_totals(per_example))
         _update_metrics(self.metrics, self.model, x, y, outputs)
         return totals
 

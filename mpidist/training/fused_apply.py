@@ -19,15 +19,19 @@ from typing import Any
 
 import numpy as np
 
-from mpidist.backend import array_module, device_context, on_device_of
+from mpidist.backend import array_module, device_context, empty_like_on_device, on_device_of
 from mpidist.core.devices import parse_device
+from mpidist.kernels.layout import FusionLayout
 from mpidist.values.arena import Arena, can_share_storage
 from mpidist.values.containers import DistributedValues
 from mpidist.values.distributed_variables import MirroredVariable
 from mpidist.types import Array
 from mpidist.values.variables import Variable
 
-__all__ = ["FusedPlan", "components_of", "grads_of_device", "grads_per_device"]
+__all__ = ["FusedPlan", "HEAD", "components_of", "grads_of_device", "grads_per_device"]
+
+HEAD = 2
+"""Elements before each device's gradient buffer (``FusedPlan.grads_with_head``)."""
 
 # Mean gradient size below which joining bytes packs faster than np.concatenate (docs/performance.md).
 _JOIN_BELOW_BYTES_PER_GRADIENT = 3072
@@ -47,6 +51,10 @@ class FusedPlan:
     Attributes:
         key: ``tuple(map(id, variables))``: the calls this plan serves.
         layout: The FusionLayout shared by every arena of the plan.
+        grads: Per device, the gradient buffer (``layout``), the tail of ``grads_with_head``.
+        grads_with_head: Per device, ``HEAD`` elements then the gradient buffer, laid out as
+            ``layout_with_head``: what one all-reduce sums when values travel with the
+            gradients.
         num_devices: How many copies each variable has (one arena group per copy).
     """
 
@@ -61,14 +69,20 @@ class FusedPlan:
         self.params: list[Array] = []
         self.slots: list[list[Array]] = []
         self.grads: list[Array] = []
+        self.grads_with_head: list[Array] = []
         for i in range(self.num_devices):
             params = Arena([c[i] for c in comps])
             self.params.append(params.flat)
             self.slots.append([Arena([components_of(s[name])[i]  # type: ignore[index]  # see build()
                                       for s in slot_vars]).flat
                                for name in slot_names])
-            self.grads.append(params.empty_like())
+            # A head of HEAD elements before the gradients, for values that travel with them
+            # in one all-reduce (fit's loss totals: ``Optimizer.apply_mean_gradients``).
+            with_head = empty_like_on_device(params.flat, shape=(params.layout.total + HEAD,))
+            self.grads_with_head.append(with_head)
+            self.grads.append(with_head[HEAD:])
         self.layout = params.layout
+        self.layout_with_head = FusionLayout(((HEAD,),) + params.layout.shapes)
         self.dtype = self.params[0].dtype
         self._accepted: dict[bool, object] = {False: None, True: None}  # exact_dtype -> signature that passed
         # (signature, whether gradients of that signature pack by joining their bytes)

@@ -27,7 +27,7 @@ from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import user_call
 from mpidist.strategies.context import get_replica_context, get_strategy, in_cross_replica_context
 from mpidist.strategies.default import get_default_strategy
-from mpidist.training.fused_apply import FusedPlan, components_of, grads_per_device
+from mpidist.training.fused_apply import HEAD, FusedPlan, components_of, grads_per_device
 from mpidist.training.gradient_checks import GradientChecks
 from mpidist.training.deferred_restore import restore_deferred
 from mpidist.ops.update_rules import AdamRule, MomentumRule, SGDRule, UpdateRule
@@ -295,6 +295,65 @@ class Optimizer:
         return cast(Variable, strategy.extended.update_applier.apply_gradients(
             self._updates, strategy, grads_and_vars, name, experimental_aggregate_gradients))
 
+    def apply_mean_gradients(self, grads_and_vars: Any, totals: Any) -> Any:
+        """Apply the mean gradient over the global batch: ``mpidist.fit``'s update.
+
+        ``totals`` is this replica's ``[sum of its per-example losses, number of examples]``
+        (a float64 array of 2). The gradients (this replica's sums over its examples) and
+        ``totals`` are summed over all replicas in one all-reduce; the gradients are divided
+        by the global number of examples and applied. Returns the summed totals. Every
+        replica may hold a different number of examples (a short last batch): the mean is
+        exact, not a mean of per-replica means. Replica context only (inside
+        ``strategy.run``).
+
+        Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
+        and with the same arguments (docs/multi_worker.md, "Collective calls").
+        """
+        ctx = get_replica_context()
+        if ctx is None or in_cross_replica_context():
+            raise RuntimeError(
+                "apply_mean_gradients() sums the replicas' gradients and must be called in "
+                "replica context: call it inside the step that `strategy.run` runs.")
+        if np.shape(totals) != (HEAD,) or getattr(totals, "dtype", np.dtype(object)).kind != "f":
+            raise ValueError(
+                "apply_mean_gradients: totals must be this replica's [sum of its per-example "
+                f"losses, number of examples], a float array of shape ({HEAD},); got "
+                f"{short_repr(totals)}. Build it with e.g. "
+                "np.array([losses.sum(), len(losses)], dtype=np.float64).")
+        strategy = get_strategy()
+        return strategy.extended.update_applier.apply_mean_gradients(
+            self._updates, strategy, grads_and_vars, totals)
+
+    def _apply_mean(self, strategy: Any, grads_and_vars: Any, totals: Any,
+                    in_replicas: bool) -> Any:
+        """``apply_mean_gradients`` (``OptimizerUpdates.apply_mean``): with ``in_replicas``,
+        the totals ride in the head of the packed gradient buffer (one all-reduce, the
+        division in place, one fused kernel) where the fused path applies; else, or where it
+        does not, one all-reduce of ``[totals] + gradients`` and ``apply_gradients`` of the
+        means."""
+        grads, variables, signature = self._checks.check(grads_and_vars, None, strategy)
+        hyperparameters = self.hyperparameters()
+        if in_replicas:
+            if variables is not self._dtypes_checked:
+                self._check_dtypes(variables)
+                self._dtypes_checked = variables
+            self._check_strategy(strategy)
+            with user_call("Optimizer.apply_gradients", num_variables=len(variables),
+                           aggregate=True, mean="examples", **hyperparameters):
+                summed = self._lean_apply_mean(strategy, grads, variables, signature, totals,
+                                               hyperparameters["learning_rate"])
+            if summed is not None:
+                return summed
+        # The optimizer's settings join this all-reduce's cross-rank check: apply_gradients
+        # below moves no data, so a rank with another learning rate would drift silently.
+        with user_call("Optimizer.apply_gradients", **hyperparameters):
+            reduced = get_replica_context().all_reduce(  # type: ignore[union-attr]  # checked
+                ReduceOp.SUM, [totals] + grads)
+        count = _global_count(reduced[0])
+        means = [g / g.dtype.type(count) for g in reduced[1:]]
+        self.apply_gradients(zip(means, variables), experimental_aggregate_gradients=False)
+        return reduced[0]
+
     def _apply_in_replicas(self, strategy: Any, grads_and_vars: Any, name: Any,
                            experimental_aggregate_gradients: bool) -> Variable:
         """The replicas' applier (``ReplicaUpdates``): sum, clip, then update every copy, with
@@ -420,6 +479,44 @@ class Optimizer:
         self._count_step()
         return True
 
+    def _lean_apply_mean(self, strategy: Any, grads: list[Any], variables: Sequence[Any],
+                         signature: Any, totals: Any, lr: Any) -> Any:
+        """``_lean_apply`` for ``apply_mean_gradients``: the gradients packed behind the totals
+        (``FusedPlan.grads_with_head``), one all-reduce of both where the totals have the
+        arena's dtype (else one each), the gradients divided in place by the global count,
+        one fused kernel. The summed totals, or None (nothing touched) where the fused path
+        does not apply."""
+        if self._clips_by_norm or type(totals) is not np.ndarray or totals.shape != (HEAD,):
+            return None
+        reduce = strategy.num_replicas_in_sync > 1
+        reduction = strategy.extended.reduction_plan() if reduce else None
+        if reduction is not None and not reduction.packs_arena:
+            return None
+        last = self._last_plan
+        if (last is None or last.variables is not variables) \
+                and not all(id(v) in self._var_index for v in variables):
+            return None  # the first step creates the slots, in cross-replica context
+        plan = self._plan_for(variables)
+        if plan is None or plan.num_devices != 1 or type(plan.grads[0]) is not np.ndarray \
+                or not plan.pack(0, grads, exact_dtype=True, signature=signature):
+            return None
+        flat, with_head = plan.grads[0], plan.grads_with_head[0]
+        if with_head.dtype == totals.dtype:  # one all-reduce: the totals ride in the head
+            with_head[:HEAD] = totals
+            if reduction is not None:
+                reduction.all_reduce_packed(with_head, plan.layout_with_head)
+            summed = with_head[:HEAD].copy()
+        else:  # e.g. float32 gradients: the float64 totals go first, on their own
+            summed = totals if reduction is None else reduction.all_reduce(
+                ReduceOp.SUM, [totals])[0].copy()
+            if reduction is not None:
+                reduction.all_reduce_packed(flat, plan.layout)
+        # The division of the per-variable path (g / dtype(n)), in place over the arena.
+        np.divide(flat, flat.dtype.type(_global_count(summed)), out=flat)
+        self._fused_step(plan, 0, lr)
+        self._count_step()
+        return summed
+
     def _fused_step(self, plan: FusedPlan, index: int, lr: Any) -> None:
         if self.clipvalue is not None:  # elementwise, so one pass over the arena is exact
             xp = array_module(plan.grads[index])
@@ -528,6 +625,10 @@ class _OptimizerUpdates:
                           aggregate: bool) -> Variable:
         return self._opt._apply_in_replicas(strategy, grads_and_vars, name, aggregate)
 
+    def apply_mean(self, strategy: Any, grads_and_vars: Any, totals: Any,
+                   in_replicas: bool) -> Any:
+        return self._opt._apply_mean(strategy, grads_and_vars, totals, in_replicas)
+
     def check(self, strategy: Any, grads_and_vars: Any, name: Any) -> tuple[Any, Any]:
         grads, variables, _ = self._opt._checks.check(grads_and_vars, name, strategy)
         return grads, variables
@@ -592,3 +693,15 @@ class Adam(Optimizer):
         self.beta_1, self.beta_2 = self._rule.beta_1, self._rule.beta_2
         self.epsilon, self.amsgrad = self._rule.epsilon, self._rule.amsgrad
         super().__init__(learning_rate, name=name, **kwargs)
+
+
+def _global_count(summed_totals: Any) -> float:
+    """The global number of examples from the summed ``[loss sum, count]``: a mean over no
+    examples (or a count that is not a number) is an error on every rank, before any update."""
+    count = float(summed_totals[1])
+    if not count > 0 or not np.isfinite(count):
+        raise ValueError(
+            f"apply_mean_gradients: the replicas hold {count:g} examples in all (the sum of "
+            "totals[1]); a mean gradient needs at least one. Give each replica's number of "
+            "examples as totals[1].")
+    return count
