@@ -39,18 +39,18 @@ def _describe_owner(var: Variable) -> str:
     return "outside any strategy scope" if owner is None else f"in the scope of {owner}"
 
 
-def _as_gradient(g: Any, index: int, var: Variable) -> Array:
+def _as_gradient(g: Any, index: int, var: Variable, caller: str) -> Array:
     """``g`` as an array (NumPy or CuPy arrays pass through untouched)."""
     if traced_kind(g) is not None:  # captured inside a loss function: it has no value here
-        raise traced_error(g, f"apply_gradients (pair {index}, variable {var.name!r})",
+        raise traced_error(g, f"{caller} (pair {index}, variable {var.name!r})",
                            "pass the gradients that mpidist.autodiff.value_and_grad returns")
     if isinstance(getattr(g, "dtype", None), np.dtype) and hasattr(g, "shape") \
             and not isinstance(g, Variable):
         return g
     if isinstance(g, DistributedValues) and not isinstance(g, Variable):
         raise TypeError(
-            f"apply_gradients: the gradient of pair {index} (for variable {var.name!r}) is a "
-            f"{type(g).__name__}; call apply_gradients inside strategy.run, where each replica "
+            f"{caller}: the gradient of pair {index} (for variable {var.name!r}) is a "
+            f"{type(g).__name__}; call {caller} inside strategy.run, where each replica "
             "passes its own gradient array."
         )
     if isinstance(g, Variable):
@@ -59,28 +59,28 @@ def _as_gradient(g: Any, index: int, var: Variable) -> Array:
         return np.asarray(g)
     except ValueError:  # a ragged nested list has no array form
         raise ValueError(
-            f"apply_gradients: the gradient of pair {index} (for variable {var.name!r}) is not "
+            f"{caller}: the gradient of pair {index} (for variable {var.name!r}) is not "
             f"an array: {short_repr(g)}; pass an array of shape {tuple(var.shape)}."
         ) from None
 
 
-def _check_name(name: object) -> None:
+def _check_name(name: object, caller: str) -> None:
     if name is None or isinstance(name, str):
         return
     if isinstance(name, (list, tuple)) or hasattr(name, "__iter__"):
         raise TypeError(
-            "apply_gradients takes ONE iterable of (gradient, variable) pairs; its second "
+            f"{caller} takes ONE iterable of (gradient, variable) pairs; its second "
             f"argument is `name`, got {type(name).__name__} {short_repr(name)}. It looks like "
-            "apply_gradients(gradients, variables) was called: pass "
+            f"{caller}(gradients, variables) was called: pass "
             "zip(gradients, variables) instead."
         )
-    raise TypeError(f"apply_gradients: `name` must be a string or None, got {short_repr(name)}.")
+    raise TypeError(f"{caller}: `name` must be a string or None, got {short_repr(name)}.")
 
 
-def checked_pairs(grads_and_vars: Iterable[Any], name: object, strategy: Strategy
-                  ) -> list[tuple[Array, Variable]]:
+def checked_pairs(grads_and_vars: Iterable[Any], name: object, strategy: Strategy,
+                  caller: str = "apply_gradients") -> list[tuple[Array, Variable]]:
     """The ``(gradient array, variable)`` pairs with a gradient, checked against ``strategy``
-    (the strategy apply_gradients runs under).
+    (the strategy apply_gradients runs under); ``caller`` is the method the errors name.
 
     Raises:
         TypeError: not an iterable of pairs, a pair in the wrong order, a variable that is not
@@ -88,11 +88,11 @@ def checked_pairs(grads_and_vars: Iterable[Any], name: object, strategy: Strateg
         ValueError: a pair of the wrong length, a shape mismatch, a variable listed twice, a
             variable of another strategy, or no gradient at all.
     """
-    _check_name(name)
+    _check_name(name, caller)
     if isinstance(grads_and_vars, (Variable, DistributedValues, str, bytes, dict)) \
             or hasattr(grads_and_vars, "dtype") or not hasattr(grads_and_vars, "__iter__"):
         raise TypeError(
-            "apply_gradients takes an iterable of (gradient, variable) pairs, got "
+            f"{caller} takes an iterable of (gradient, variable) pairs, got "
             f"{type(grads_and_vars).__name__} {short_repr(grads_and_vars)}; pass e.g. "
             "zip(gradients, variables)."
         )
@@ -102,7 +102,7 @@ def checked_pairs(grads_and_vars: Iterable[Any], name: object, strategy: Strateg
     for index, item in enumerate(grads_and_vars):
         if type(item) is not tuple and not isinstance(item, (tuple, list)) or len(item) != 2:
             raise ValueError(
-                f"apply_gradients: element {index} of grads_and_vars is {type(item).__name__} "
+                f"{caller}: element {index} of grads_and_vars is {type(item).__name__} "
                 f"{short_repr(item)}; each element must be a (gradient, variable) pair: pass "
                 "zip(gradients, variables)."
             )
@@ -110,18 +110,18 @@ def checked_pairs(grads_and_vars: Iterable[Any], name: object, strategy: Strateg
         if not isinstance(v, Variable):
             if isinstance(g, Variable):
                 raise TypeError(
-                    f"apply_gradients: pair {index} is (variable {g.name!r}, {short_repr(v)}): the "
+                    f"{caller}: pair {index} is (variable {g.name!r}, {short_repr(v)}): the "
                     "order is (gradient, variable); pass zip(gradients, variables)."
                 )
             raise TypeError(
-                f"apply_gradients: the variable of pair {index} is {type(v).__name__} "
+                f"{caller}: the variable of pair {index} is {type(v).__name__} "
                 f"{short_repr(v)}, not an mpidist.Variable; pass the variables the model trains "
                 "(created with mpidist.Variable inside strategy.scope())."
             )
         previous = seen.get(id(v))
         if previous is not None:
             raise ValueError(
-                f"apply_gradients: variable {v.name!r} appears twice (pairs {previous} and "
+                f"{caller}: variable {v.name!r} appears twice (pairs {previous} and "
                 f"{index}); add its gradients together and pass the variable once."
             )
         seen[id(v)] = index
@@ -134,20 +134,20 @@ def checked_pairs(grads_and_vars: Iterable[Any], name: object, strategy: Strateg
             if owner is not None and not has_strategy():
                 # The usual slip: the step was called directly, not through strategy.run.
                 raise ValueError(
-                    f"apply_gradients: variable {v.name!r} was created in the scope of {owner}, "
-                    "but apply_gradients was called where no strategy is active (outside its "
+                    f"{caller}: variable {v.name!r} was created in the scope of {owner}, "
+                    f"but {caller} was called where no strategy is active (outside its "
                     "run and scope). Call it inside the step that `strategy.run(step, "
                     "args=...)` runs, with the strategy that created the variable.")
             raise ValueError(
-                f"apply_gradients: variable {v.name!r} was created {_describe_owner(v)}, but "
-                f"apply_gradients runs under {strategy}. Create the variables (and the "
+                f"{caller}: variable {v.name!r} was created {_describe_owner(v)}, but "
+                f"{caller} runs under {strategy}. Create the variables (and the "
                 "optimizer) inside `with strategy.scope():` of the strategy that trains them."
             )
-        g = _as_gradient(g, index, v)
+        g = _as_gradient(g, index, v, caller)
         kind = g.dtype.kind
         if kind not in _REAL_KINDS and not (kind == "c" and v.dtype.kind == "c"):
             raise TypeError(
-                f"apply_gradients: the gradient of pair {index} (for variable {v.name!r} of "
+                f"{caller}: the gradient of pair {index} (for variable {v.name!r} of "
                 f"dtype {v.dtype}) has dtype {g.dtype}; gradients must be real numbers "
                 f"(float or integer). Cast it, e.g. g.astype({v.dtype.name!r})."
             )
@@ -182,16 +182,17 @@ class GradientChecks:
         # is a new object whenever the full checks ran (see ``check``).
         self._memo: tuple[Any, tuple[Variable, ...], Signature] = (None, (), ((), (), ()))
 
-    def check(self, grads_and_vars: Iterable[Any], name: object, strategy: Strategy
+    def check(self, grads_and_vars: Iterable[Any], name: object, strategy: Strategy,
+              caller: str = "apply_gradients"
               ) -> tuple[list[Array], tuple[Variable, ...], Signature]:
         """``(gradients, variables, signature)``: the gradient arrays (a list), the variables
         they update (a tuple; the same tuple object as last time when nothing changed) and the
         gradients' ``(types, shapes, dtypes)`` (the same object as long as the calls repeat, so
-        a caller may remember what it verified of it)."""
-        _check_name(name)
+        a caller may remember what it verified of it). ``caller``: the method errors name."""
+        _check_name(name, caller)
         kind = type(grads_and_vars)
         if kind is not list and kind is not zip:
-            return self._full(grads_and_vars, name, strategy)
+            return self._full(grads_and_vars, name, strategy, caller)
         # a list when ``kind is list`` (mypy cannot narrow through type())
         items: list[Any] = grads_and_vars if kind is list else list(  # type: ignore[assignment]
             grads_and_vars)
@@ -207,7 +208,7 @@ class GradientChecks:
                     return grads, variables, signature
             except AttributeError:  # an object of a remembered type may still lack them
                 pass
-        return self._full(items, name, strategy)
+        return self._full(items, name, strategy, caller)
 
     @staticmethod
     def _pairs_repeat(items: Sequence[Any], from_zip: bool, variables: Sequence[Variable]) -> bool:
@@ -220,9 +221,10 @@ class GradientChecks:
             return False
         return all(map(is_, map(_second, items), variables))
 
-    def _full(self, grads_and_vars: Iterable[Any], name: object, strategy: Strategy
+    def _full(self, grads_and_vars: Iterable[Any], name: object, strategy: Strategy,
+              caller: str
               ) -> tuple[list[Array], tuple[Variable, ...], Signature]:
-        pairs = checked_pairs(grads_and_vars, name, strategy)
+        pairs = checked_pairs(grads_and_vars, name, strategy, caller)
         grads = [g for g, _ in pairs]
         variables = tuple(v for _, v in pairs)
         known, old, _ = self._memo

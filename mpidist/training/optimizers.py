@@ -331,7 +331,8 @@ class Optimizer:
         division in place, one fused kernel) where the fused path applies; else, or where it
         does not, one all-reduce of ``[totals] + gradients`` and ``apply_gradients`` of the
         means."""
-        grads, variables, signature = self._checks.check(grads_and_vars, None, strategy)
+        grads, variables, signature = self._checks.check(grads_and_vars, None, strategy,
+                                                         "apply_mean_gradients")
         hyperparameters = self.hyperparameters()
         if in_replicas:
             if variables is not self._dtypes_checked:
