@@ -458,24 +458,13 @@ class Optimizer:
         gradients once, sum them across ranks as one buffer, one fused kernel, no merge_call.
         False (nothing touched) where this path does not apply; the caller then takes the
         general one."""
-        if self._clips_by_norm:
-            return False
         reduce = aggregate and strategy.num_replicas_in_sync > 1
-        reduction = strategy.extended.reduction_plan() if reduce else None
-        if reduction is not None and not reduction.packs_arena:
+        packed = self._packed(strategy, grads, variables, signature, reduce, exact_dtype=reduce)
+        if packed is None:
             return False
-        last = self._last_plan
-        if (last is None or last.variables is not variables) \
-                and not all(id(v) in self._var_index for v in variables):
-            return False  # the first step creates the slots, in cross-replica context
-        plan = self._plan_for(variables)
-        # One copy per variable means one local replica: no other replica thread runs this.
-        if plan is None or plan.num_devices != 1 \
-                or not plan.pack(0, grads, exact_dtype=reduce, signature=signature):
-            return False
-        flat = plan.grads[0]
+        plan, reduction = packed
         if reduction is not None:
-            reduction.all_reduce_packed(flat, plan.layout)
+            reduction.all_reduce_packed(plan.grads[0], plan.layout)
         self._fused_step(plan, 0, lr)
         self._count_step()
         return True
@@ -487,20 +476,14 @@ class Optimizer:
         arena's dtype (else one each), the gradients divided in place by the global count,
         one fused kernel. The summed totals, or None (nothing touched) where the fused path
         does not apply."""
-        if self._clips_by_norm or type(totals) is not np.ndarray or totals.shape != (HEAD,):
+        if type(totals) is not np.ndarray or totals.shape != (HEAD,):
             return None
-        reduce = strategy.num_replicas_in_sync > 1
-        reduction = strategy.extended.reduction_plan() if reduce else None
-        if reduction is not None and not reduction.packs_arena:
+        # exact_dtype: the division runs in the gradients' dtype, as the per-variable path's.
+        packed = self._packed(strategy, grads, variables, signature,
+                              reduce=strategy.num_replicas_in_sync > 1, exact_dtype=True)
+        if packed is None or type(packed[0].grads[0]) is not np.ndarray:
             return None
-        last = self._last_plan
-        if (last is None or last.variables is not variables) \
-                and not all(id(v) in self._var_index for v in variables):
-            return None  # the first step creates the slots, in cross-replica context
-        plan = self._plan_for(variables)
-        if plan is None or plan.num_devices != 1 or type(plan.grads[0]) is not np.ndarray \
-                or not plan.pack(0, grads, exact_dtype=True, signature=signature):
-            return None
+        plan, reduction = packed
         flat, with_head = plan.grads[0], plan.grads_with_head[0]
         if with_head.dtype == totals.dtype:  # one all-reduce: the totals ride in the head
             with_head[:HEAD] = totals
@@ -517,6 +500,31 @@ class Optimizer:
         self._fused_step(plan, 0, lr)
         self._count_step()
         return summed
+
+    def _packed(self, strategy: Any, grads: list[Any], variables: Sequence[Any],
+                signature: Any, reduce: bool, exact_dtype: bool
+                ) -> tuple[FusedPlan, Any] | None:
+        """The fused path's eligibility, in one place: ``(plan, reduction)`` with the gradients
+        packed into the plan's buffer (``reduction`` the strategy's plan where they are to be
+        summed across replicas, else None; ``exact_dtype``: only gradients of the arena's
+        dtype, no cast); None, with nothing touched, where the path does not
+        apply (clipping by norm, several local replicas, a first step without slots, a
+        gradient the plan cannot take)."""
+        if self._clips_by_norm:
+            return None
+        reduction = strategy.extended.reduction_plan() if reduce else None
+        if reduction is not None and not reduction.packs_arena:
+            return None
+        last = self._last_plan
+        if (last is None or last.variables is not variables) \
+                and not all(id(v) in self._var_index for v in variables):
+            return None  # the first step creates the slots, in cross-replica context
+        plan = self._plan_for(variables)
+        # One copy per variable means one local replica: no other replica thread runs this.
+        if plan is None or plan.num_devices != 1 \
+                or not plan.pack(0, grads, exact_dtype=exact_dtype, signature=signature):
+            return None
+        return plan, reduction
 
     def _fused_step(self, plan: FusedPlan, index: int, lr: Any) -> None:
         if self.clipvalue is not None:  # elementwise, so one pass over the arena is exact

@@ -36,15 +36,15 @@ def _unfused(make_opt):
     return make
 
 
-def _train(strategy, make_opt, dtype, steps=4, totals_dtype=np.float64):
+def _train(strategy, make_opt, dtype, steps=4, totals_dtype=np.float64, grad_dtype=None):
     rng = np.random.default_rng(0)
     with strategy.scope():
         vs = [mpidist.Variable(rng.standard_normal(s).astype(dtype), name=f"v{i}")
               for i, s in enumerate(SHAPES)]
         opt = make_opt()
     replicas = strategy.num_replicas_in_sync
-    grads = [[[rng.standard_normal(s).astype(dtype) for s in SHAPES] for _ in range(replicas)]
-             for _ in range(steps)]
+    grads = [[[rng.standard_normal(s).astype(grad_dtype or dtype) for s in SHAPES]
+              for _ in range(replicas)] for _ in range(steps)]
     # Replicas hold different numbers of examples: the mean is over all of them.
     totals = [[np.array([rng.random() * 10, 3 + r + k], totals_dtype) for r in range(replicas)]
               for k in range(steps)]
@@ -103,6 +103,21 @@ def test_float32_totals_ride_with_float32_gradients(strategy):
         assert np.array_equal(a, b)
     for s, e in zip(summed, expected):
         np.testing.assert_allclose(s, e, rtol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("variables, gradients", [(np.float32, np.float64),
+                                                  (np.float64, np.float32)])
+def test_gradients_of_another_dtype_are_divided_in_their_own_dtype(strategy, variables,
+                                                                  gradients):
+    """The mean is taken in the gradients' dtype, then cast to the variable's, as the
+    per-variable path does (dividing after a cast would round differently)."""
+    make = STRATEGIES[strategy]
+    got, _, _, _ = _train(make(), OPTIMIZERS["momentum"], variables, grad_dtype=gradients)
+    want, _, _, _ = _train(make(), _unfused(OPTIMIZERS["momentum"]), variables,
+                           grad_dtype=gradients)
+    for a, b in zip(got, want):
+        assert a.dtype == variables and np.array_equal(a, b)
 
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
