@@ -339,7 +339,7 @@ class Optimizer:
                 self._check_dtypes(variables)
                 self._dtypes_checked = variables
             self._check_strategy(strategy)
-            with user_call("Optimizer.apply_gradients", num_variables=len(variables),
+            with user_call("Optimizer.apply_mean_gradients", num_variables=len(variables),
                            aggregate=True, mean="examples", **hyperparameters):
                 summed = self._lean_apply_mean(strategy, grads, variables, signature, totals,
                                                hyperparameters["learning_rate"])
@@ -347,7 +347,7 @@ class Optimizer:
                 return summed
         # The optimizer's settings join this all-reduce's cross-rank check: apply_gradients
         # below moves no data, so a rank with another learning rate would drift silently.
-        with user_call("Optimizer.apply_gradients", **hyperparameters):
+        with user_call("Optimizer.apply_mean_gradients", **hyperparameters):
             reduced = get_replica_context().all_reduce(  # type: ignore[union-attr]  # checked
                 ReduceOp.SUM, [totals] + grads)
         count = _global_count(reduced[0])

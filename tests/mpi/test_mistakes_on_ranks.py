@@ -143,6 +143,43 @@ def test_apply_gradients_with_different_learning_rates_updates_nothing(strategy)
         assert int(optimizer.iterations.numpy()) == 0
 
 
+@pytest.mark.parametrize("first_step_done", [False, True])
+def test_apply_mean_gradients_with_different_learning_rates_updates_nothing(strategy,
+                                                                           first_step_done):
+    """fit's update (the totals ride with the gradients once the slots exist): a rank with
+    another learning rate is refused on every rank before anything changes."""
+    with strategy.scope():
+        var = mpidist.Variable(np.zeros(3), name="w")
+        optimizer = mpidist.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+    totals = np.array([1.0, 2.0])
+    if first_step_done:  # the slots and the fused plan exist: the one-collective path
+        strategy.run(lambda: optimizer.apply_mean_gradients([(np.ones(3), var)], totals))
+    before = var.numpy().copy()
+    optimizer.learning_rate = 0.5 if ODD else 0.1
+
+    def step():
+        optimizer.apply_mean_gradients([(np.ones(3), var)], totals)
+
+    disagree(strategy, lambda: strategy.run(step), "apply_mean_gradients", "learning_rate")
+    if size > 1:
+        np.testing.assert_array_equal(var.numpy(), before)
+        assert int(optimizer.iterations.numpy()) == int(first_step_done)
+
+
+def test_apply_mean_gradients_against_apply_gradients(strategy):
+    with strategy.scope():
+        var = mpidist.Variable(np.zeros(3), name="w")
+        optimizer = mpidist.optimizers.SGD(0.1)
+
+    def step():
+        if ODD:
+            optimizer.apply_gradients([(np.ones(3), var)])
+        else:
+            optimizer.apply_mean_gradients([(np.ones(3), var)], np.array([1.0, 2.0]))
+
+    disagree(strategy, lambda: strategy.run(step), "apply_mean_gradients", "apply_gradients")
+
+
 def test_variables_created_with_different_shapes(strategy):
     shape = (4,) if ODD else (3,)
 
