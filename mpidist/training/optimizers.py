@@ -299,7 +299,7 @@ class Optimizer:
         """Apply the mean gradient over the global batch: ``mpidist.fit``'s update.
 
         ``totals`` is this replica's ``[sum of its per-example losses, number of examples]``
-        (a float64 array of 2). The gradients (this replica's sums over its examples) and
+        (a float array of 2; float64 keeps the loss sum as fit reports it). The gradients (this replica's sums over its examples) and
         ``totals`` are summed over all replicas in one all-reduce; the gradients are divided
         by the global number of examples and applied. Returns the summed totals. Every
         replica may hold a different number of examples (a short last batch): the mean is
