@@ -299,7 +299,8 @@ class Optimizer:
         """Apply the mean gradient over the global batch: ``mpidist.fit``'s update.
 
         ``totals`` is this replica's ``[sum of its per-example losses, number of examples]``
-        (a float array of 2; float64 keeps the loss sum as fit reports it). The gradients (this replica's sums over its examples) and
+        (two real numbers: a float array is used as it is, anything else becomes float64,
+        which keeps the loss sum as fit reports it). The gradients (this replica's sums over its examples) and
         ``totals`` are summed over all replicas in one all-reduce; the gradients are divided
         by the global number of examples and applied. Returns the summed totals. Every
         replica may hold a different number of examples (a short last batch): the mean is
@@ -314,12 +315,7 @@ class Optimizer:
             raise RuntimeError(
                 "apply_mean_gradients() sums the replicas' gradients and must be called in "
                 "replica context: call it inside the step that `strategy.run` runs.")
-        if np.shape(totals) != (HEAD,) or getattr(totals, "dtype", np.dtype(object)).kind != "f":
-            raise ValueError(
-                "apply_mean_gradients: totals must be this replica's [sum of its per-example "
-                f"losses, number of examples], a float array of shape ({HEAD},); got "
-                f"{short_repr(totals)}. Build it with e.g. "
-                "np.array([losses.sum(), len(losses)], dtype=np.float64).")
+        totals = _as_totals(totals)
         strategy = get_strategy()
         return strategy.extended.update_applier.apply_mean_gradients(
             self._updates, strategy, grads_and_vars, totals)
@@ -702,6 +698,24 @@ class Adam(Optimizer):
         self.beta_1, self.beta_2 = self._rule.beta_1, self._rule.beta_2
         self.epsilon, self.amsgrad = self._rule.epsilon, self._rule.amsgrad
         super().__init__(learning_rate, name=name, **kwargs)
+
+
+def _as_totals(totals: Any) -> Any:
+    """``apply_mean_gradients``' totals: a float array of 2 as it is (host or GPU), any other
+    two real numbers as float64; else ValueError."""
+    dtype = getattr(totals, "dtype", None)
+    if isinstance(dtype, np.dtype) and dtype.kind == "f" and np.shape(totals) == (HEAD,):
+        return totals
+    try:
+        host = np.asarray(totals)
+    except (TypeError, ValueError):  # a GPU array of integers, a ragged list, ...
+        host = None
+    if host is None or host.shape != (HEAD,) or host.dtype.kind not in "iuf":
+        raise ValueError(
+            "apply_mean_gradients: totals must be this replica's [sum of its per-example "
+            f"losses, number of examples], {HEAD} real numbers; got {short_repr(totals)}. "
+            "Build it with e.g. np.array([losses.sum(), len(losses)], dtype=np.float64).")
+    return host.astype(np.float64)
 
 
 def _global_count(summed_totals: Any) -> float:

@@ -125,10 +125,13 @@ def test_gradients_of_another_dtype_are_divided_in_their_own_dtype(strategy, var
 @pytest.mark.parametrize("totals, error", [
     (np.array([1.0, 0.0]), "0 examples"),
     (np.array([1.0, np.nan]), "nan examples"),
-    (np.array([1.0, 2.0, 3.0]), "shape \\(2,\\)"),
-    (np.float64(4.0), "shape \\(2,\\)"),
-    (np.array([1, 2]), "float array"),
-    ([1.0, 2.0], "float array"),
+    (np.array([1.0, 2.0, 3.0]), "2 real numbers"),
+    (np.float64(4.0), "2 real numbers"),
+    (np.array([1 + 2j, 2]), "2 real numbers"),
+    (np.array([True, True]), "2 real numbers"),
+    ("ab", "2 real numbers"),
+    ([1.0, [2.0]], "2 real numbers"),
+    ([1.0, 0], "0 examples"),
 ])
 def test_bad_totals_are_errors_that_change_nothing(strategy, fused, totals, error):
     strat = STRATEGIES[strategy]()
@@ -153,3 +156,21 @@ def test_outside_replica_context_is_an_error():
         with pytest.raises(RuntimeError, match="inside the step that `strategy.run` runs"):
             opt.apply_mean_gradients([(np.ones(3), v)], np.array([1.0, 2.0]))
     np.testing.assert_array_equal(v.numpy(), np.ones(3))
+
+
+@pytest.mark.parametrize("spelling", [
+    lambda s, n: [s, n],                                  # a list of Python numbers
+    lambda s, n: (s, int(n)),                             # a tuple with an int count
+    lambda s, n: np.array([s, n], np.float32),            # float32 as it is
+    lambda s, n: np.array([int(s), int(n)]),              # integers
+])
+def test_totals_may_be_any_two_real_numbers(spelling):
+    strategy = mpidist.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        v = mpidist.Variable(np.zeros(2), name="w")
+        opt = mpidist.optimizers.SGD(1.0)
+    for _ in range(2):  # the first step builds the slots, the second takes the fused path
+        out = strategy.run(lambda: opt.apply_mean_gradients([(np.array([4.0, 8.0]), v)],
+                                                            spelling(6.0, 4.0)))
+        np.testing.assert_array_equal(np.asarray(out), [6.0, 4.0])
+    np.testing.assert_array_equal(v.numpy(), [-2.0, -4.0])
