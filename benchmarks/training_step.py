@@ -7,10 +7,11 @@ The model is the digits example's MLP (64 -> hidden -> 10, float64, hand-written
 on synthetic data, global batch 256, SGD with momentum. ``hidden`` is 32 (2.4k parameters, 19
 KiB of gradients: latency-bound) and 1024 (77k parameters, 600 KiB: more compute and bytes).
 "Communicating" is the wall time inside the step's one fused all-reduce (loss, count and every
-gradient), measured by timing the strategy's reduction (its plan's entries, or the merge_call's
-reduction with several local replicas). On one process that is the
-replicas' reduction in shared memory. Across ranks it also covers MPI and the wait for the
-slowest rank. Medians over rounds of one epoch each; slowest rank.
+gradient), measured as ``mpidist bench step`` measures it (``ReductionClock``: the time inside
+the strategy's reduction plan, summed over the replica threads and divided by their number).
+On one process that is the replicas' reduction in shared memory, the wait for each other at
+the merge included. Across ranks it also covers MPI and the wait for the slowest rank. Medians
+over rounds of one epoch each; slowest rank.
 """
 
 import argparse
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import mpidist
+from mpidist.cli.bench_step import ReductionClock
 from mpidist.data import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -29,47 +31,6 @@ import digits_mlp
 from job import slowest, world
 
 GLOBAL_BATCH = 256
-
-
-class CommTimer:
-    """Accumulates the wall time spent in a strategy's reduction of the replicas' values, while
-    entered (``with CommTimer(strategy) as timer``)."""
-
-    def __init__(self, strategy):
-        self.seconds = 0.0
-        extended = strategy.extended
-        plan = extended.reduction_plan()
-        # One host replica per rank: the plan goes straight to the communicator (fit's packed
-        # loss totals and gradients: all_reduce_packed). Several local replicas meet in a
-        # merge_call, whose reduction (all_reduce_leaves) runs once per step.
-        if plan.packs_arena:
-            self._targets = [(type(plan), "all_reduce"), (type(plan), "all_reduce_packed")]
-        else:
-            self._targets = [(extended, "all_reduce_leaves")]
-        self._saved = []
-
-    def __enter__(self):
-        for owner, name in self._targets:
-            original = getattr(owner, name)
-            self._saved.append((owner, name, owner.__dict__.get(name)))
-
-            def timed(*args, _original=original, **kwargs):
-                start = time.perf_counter()
-                try:
-                    return _original(*args, **kwargs)
-                finally:
-                    self.seconds += time.perf_counter() - start
-
-            setattr(owner, name, timed)
-        return self
-
-    def __exit__(self, *exc):
-        for owner, name, saved in reversed(self._saved):
-            if saved is None:
-                delattr(owner, name)  # an instance attribute over the class's method
-            else:
-                setattr(owner, name, saved)
-        self._saved.clear()
 
 
 def measure(label, strategy, hidden, rows, rounds, comm):
@@ -82,23 +43,23 @@ def measure(label, strategy, hidden, rows, rounds, comm):
         model = digits_mlp.MLP(hidden=hidden)
         optimizer = mpidist.optimizers.SGD(0.01, momentum=0.9)
     mpidist.fit(model, dataset, epochs=1, optimizer=optimizer, strategy=strategy, verbose=0)
-    step_ms, comm_ms = [], []
-    with CommTimer(strategy) as timer:
-        step_ms, comm_ms = _rounds(model, dataset, optimizer, strategy, steps, rounds, comm, timer)
+    with ReductionClock(strategy) as clock:
+        step_ms, comm_ms = _rounds(model, dataset, optimizer, strategy, steps, rounds, comm, clock)
     step, communicating = statistics.median(step_ms), statistics.median(comm_ms)
     return (label, hidden, step, communicating, GLOBAL_BATCH / step * 1e3)
 
 
-def _rounds(model, dataset, optimizer, strategy, steps, rounds, comm, timer):
+def _rounds(model, dataset, optimizer, strategy, steps, rounds, comm, clock):
+    local = len(strategy.extended.worker_devices)  # the clock sums every replica thread
     step_ms, comm_ms = [], []
     for _ in range(rounds):
-        timer.seconds = 0.0
+        clock.take()
         if comm is not None:
             comm.Barrier()
         start = time.perf_counter()
         mpidist.fit(model, dataset, epochs=1, optimizer=optimizer, strategy=strategy, verbose=0)
         elapsed = slowest(comm, time.perf_counter() - start)
-        spent = slowest(comm, timer.seconds)
+        spent = slowest(comm, clock.take() / local)
         step_ms.append(elapsed / steps * 1e3)
         comm_ms.append(spent / steps * 1e3)
     return step_ms, comm_ms

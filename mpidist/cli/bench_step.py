@@ -358,11 +358,13 @@ def mlp_loss_and_gradients(weights: Sequence[tuple[np.ndarray, np.ndarray]], x: 
     return per_example, grads[::-1], logits
 
 
-class _AllReduceClock:
+class ReductionClock:
     """Wall time spent inside the strategy's reduction plan (``reduction_plan()``'s
     ``all_reduce`` and ``all_reduce_packed``: every sum of a replica's values goes through one
     of them, ``ReplicaContext.all_reduce``'s and the optimizer's packed gradients alike),
-    summed over this process's replica threads; installed only while a fit case is timed."""
+    summed over this process's replica threads (divide by the local replicas for a step's
+    share); installed only while entered (``with ReductionClock(strategy) as clock``).
+    ``benchmarks/training_step.py`` times its fit steps with it too."""
 
     _ENTRIES = ("all_reduce", "all_reduce_packed")
 
@@ -372,7 +374,7 @@ class _AllReduceClock:
         self._saved = [(name, self._plan_class.__dict__[name]) for name in self._ENTRIES
                        if name in self._plan_class.__dict__]
 
-    def __enter__(self) -> "_AllReduceClock":
+    def __enter__(self) -> "ReductionClock":
         spans = self.spans
         for name, original in self._saved:
             def timed(plan: Any, *args: Any, _original: Callable[..., Any] = original,
@@ -422,7 +424,7 @@ def _fit_case(strategy: "Strategy", label: str, model_name: str, steps: int,
     raw_step_s: list[float]
     raw_comm_s: list[float]
     step_s, comm_s, raw_step_s, raw_comm_s = [], [], [], []
-    clock = _AllReduceClock(strategy)
+    clock = ReductionClock(strategy)
     with clock:
         for _ in range(timer.rounds):  # mpidist and the raw step alternate, round by round
             clock.take()
