@@ -313,15 +313,19 @@ def _host_groups(arrays: list[Any]) -> list[list[int]] | None:
     dtypes = set(map(_dtype, arrays))
     if len(dtypes) == 1:  # the common batch: one dtype, one group, in order
         (dtype,) = dtypes
-        ok = _direct(dtype) if len(arrays) == 1 else dtype in _PACKABLE
-        return [list(range(len(arrays)))] if ok else None
+        return [list(range(len(arrays)))] if _takes(dtype, len(arrays)) else None
     by_dtype: dict[np.dtype, list[int]] = {}
     for i, a in enumerate(arrays):
         by_dtype.setdefault(a.dtype, []).append(i)
-    for dtype, indices in by_dtype.items():
-        if not (_direct(dtype) if len(indices) == 1 else dtype in _PACKABLE):
-            return None
+    if not all(_takes(dtype, len(indices)) for dtype, indices in by_dtype.items()):
+        return None
     return list(by_dtype.values())
+
+
+def _takes(dtype: np.dtype, count: int) -> bool:
+    """Whether the direct host path reduces ``count`` arrays of ``dtype`` as one group: a lone
+    array of a dtype MPI reduces alone, several of a packable dtype."""
+    return _direct(dtype) if count == 1 else dtype in _PACKABLE
 
 
 def _packable(arrays: list[Any]) -> bool:

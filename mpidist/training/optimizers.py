@@ -472,7 +472,7 @@ class Optimizer:
         arena's dtype (else one each), the gradients divided in place by the global count,
         one fused kernel. The summed totals, or None (nothing touched) where the fused path
         does not apply."""
-        if type(totals) is not np.ndarray or totals.shape != (HEAD,):
+        if type(totals) is not np.ndarray:  # (its shape was checked by _as_totals)
             return None
         # exact_dtype: the division runs in the gradients' dtype, as the per-variable path's.
         packed = self._packed(strategy, grads, variables, signature,
