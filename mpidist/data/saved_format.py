@@ -37,11 +37,11 @@ from __future__ import annotations
 import collections
 import json
 import os
-import shutil
-import socket
+import contextlib
+import re
 import struct
 import sys
-import tempfile
+import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any, NamedTuple
@@ -49,6 +49,17 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 
 from mpidist.core import nest
+from mpidist.core.durable import (
+    StagedFile,
+    dead_writer,
+    fsync_directory,
+    make_directories,
+    named_error,
+    open_staged,
+    remove_file,
+    write_file,
+    writer_token,
+)
 from mpidist.data.spec import TensorSpec
 from mpidist.errors import DataLossError, InvalidArgumentError, NotFoundError
 
@@ -76,6 +87,7 @@ _BLOCK_HEAD = struct.Struct("<4sIQQI")
 _ALIGN = 64
 _MAX_JSON = 64 << 20  # a larger header or table length is corruption, not data
 _MAX_OPEN_FILES = 64  # shard files kept open at once while writing; others are reopened
+_SHARD_NAME = re.compile(r"shard-[0-9]{5,}\.(.+)\.mpds")
 _DTYPE_KINDS = "biufcUSmM"  # numbers, bools, strings, times; no objects (no pickles)
 
 # Pending rows of all shards together are flushed, largest first, above this many blocks.
@@ -214,8 +226,10 @@ def check_load_spec(given: Any, saved: Any, path: str) -> Any:
 
 # -- writing --------------------------------------------------------------------------------
 
-def _shard_file(shard_id: int) -> str:
-    return f"shard-{shard_id:05d}{SHARD_SUFFIX}"
+def _shard_file(shard_id: int, token: str) -> str:
+    """The file of shard ``shard_id`` written by the save ``token`` (its writer token): every
+    save writes new files, which its metadata names once they are complete."""
+    return f"shard-{shard_id:05d}.{token}{SHARD_SUFFIX}"
 
 
 def _widen(dtype: np.dtype, other: np.dtype) -> np.dtype:
@@ -240,16 +254,20 @@ class _ShardWriter:
         self._buf: list[np.ndarray] | None = None  # pending block, capacity rows allocated
         self._n = 0  # rows pending in _buf
         self._cap = 0  # rows the pending block may reach
-        self._file: IO[bytes] | None = None
+        self._file: StagedFile | None = None
         spec_bytes = json.dumps({"element_spec": spec_json, "shard": shard_id},
                                 separators=(",", ":")).encode()
         self._spec_bytes = spec_bytes
-        with open(path, "xb") as f:
+        f = open_staged(path, "xb")
+        try:
             self._write_head(f)
             f.write(spec_bytes)
+            f.close()
+        finally:
+            f.discard()
         self.bytes = _FILE_HEAD.size + len(spec_bytes)
 
-    def _write_head(self, f: IO[bytes]) -> None:
+    def _write_head(self, f: StagedFile) -> None:
         fields = (MAGIC, FORMAT_VERSION, self.rows, self.blocks, self.bytes,
                   len(self._spec_bytes))
         f.write(_FILE_HEAD.pack(*fields, _header_crc(fields, self._spec_bytes)))
@@ -323,19 +341,25 @@ class _ShardWriter:
         self.blocks += 1
         self.bytes += _BLOCK_HEAD.size + len(table) + payload
 
-    def _open(self, open_files: collections.OrderedDict[int, Any]) -> IO[bytes]:
+    def _open(self, open_files: collections.OrderedDict[int, Any]) -> StagedFile:
         if self._file is None:
             while len(open_files) >= _MAX_OPEN_FILES:
                 _, other = open_files.popitem(last=False)
                 other.close_file()
-            self._file = open(self.path, "ab")  # noqa: SIM115 - open across blocks, closed in finish
+            self._file = open_staged(self.path, "ab")  # open across blocks, closed in finish
             open_files[self.shard_id] = self
         open_files.move_to_end(self.shard_id)
         return self._file
 
     def close_file(self) -> None:
         if self._file is not None:
-            self._file.close()
+            f, self._file = self._file, None
+            f.close()
+
+    def discard(self) -> None:
+        """Close without raising (after a failure: the file is deleted next)."""
+        if self._file is not None:
+            self._file.discard()
             self._file = None
 
     def finish(self, open_files: collections.OrderedDict[int, Any]) -> None:
@@ -343,10 +367,13 @@ class _ShardWriter:
         self.flush(open_files)
         self.close_file()
         open_files.pop(self.shard_id, None)
-        with open(self.path, "r+b") as f:
+        f = open_staged(self.path, "r+b")
+        try:
             self._write_head(f)
-            f.flush()
-            os.fsync(f.fileno())
+            f.sync()
+            f.close()
+        finally:
+            f.discard()
 
 
 def _header_crc(fields: tuple[Any, ...], spec_bytes: bytes) -> int:
@@ -381,20 +408,14 @@ def _check_path(path: str) -> bool:
         raise InvalidArgumentError(
             f"Dataset.save: path={path!r} exists and is not a directory. Remove it or save to "
             "another path.")
-    if not os.listdir(path) or is_saved_dataset(path):
+    if is_saved_dataset(path) or all(
+            _shard_token(n) is not None or n.startswith(f".{METADATA_FILE}.tmp-")
+            for n in os.listdir(path)):  # empty, or what a save killed before publishing left
         return True
     raise InvalidArgumentError(
         f"Dataset.save: path={path!r} is a non-empty directory that is not a saved dataset "
         f"(it has no valid {METADATA_FILE}); Dataset.save replaces only a dataset it saved "
         "and never deletes other files. Save to a new or empty directory.")
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _structured_leaves(value: Any, spec: Any, what: str) -> list[np.ndarray]:
@@ -489,14 +510,15 @@ def write_dataset(elements: Iterable[Any], element_spec: Any, path: str | os.Pat
             f"Dataset.save: the element spec {element_spec!r:.80} has no tensors; there is "
             "nothing to save.")
     _check_path(path)  # before reading any element: a bad path changes nothing
-    parent, base = os.path.split(path)
-    os.makedirs(parent, exist_ok=True)
-    prefix = f".{base}.saving-{socket.gethostname()}-"
-    _remove_dead_savers(parent, prefix)
-    tmp = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+    what = f"Dataset.save to {path!r}"
+    kept = (f"Nothing was published: {path!r} holds the last save, unchanged."
+            if is_saved_dataset(path) else f"Nothing was published at {path!r}.")
+    token = writer_token()  # this save's files: shard-NNNNN.<token>.mpds
     writers: dict[int, _ShardWriter] = {}
     open_files: collections.OrderedDict[int, Any] = collections.OrderedDict()
+    created = not os.path.lexists(path)
     try:
+        make_directories(path)
         pending_limit = _PENDING_BLOCKS * block_bytes
         pieces = _block_pieces if blocks else _element_pieces
         for count, (shard, leaves) in enumerate(
@@ -504,65 +526,85 @@ def write_dataset(elements: Iterable[Any], element_spec: Any, path: str | os.Pat
             writer = writers.get(shard)
             if writer is None:
                 writer = writers[shard] = _ShardWriter(
-                    shard, os.path.join(tmp, _shard_file(shard)), spec_json, block_rows,
-                    block_bytes)
+                    shard, os.path.join(path, _shard_file(shard, token)), spec_json,
+                    block_rows, block_bytes)
             writer.add(leaves, open_files)
             if len(writers) > _PENDING_BLOCKS and count % 1024 == 0:
                 # many shards each holding a partial block: bound their sum
                 while sum(w.pending_bytes for w in writers.values()) > pending_limit:
                     max(writers.values(), key=lambda w: w.pending_bytes).flush(open_files)
         if not writers:
-            writers[0] = _ShardWriter(0, os.path.join(tmp, _shard_file(0)), spec_json,
+            writers[0] = _ShardWriter(0, os.path.join(path, _shard_file(0, token)), spec_json,
                                       block_rows, block_bytes)
         for writer in writers.values():
             writer.finish(open_files)
         done = sorted(writers.values(), key=lambda w: w.shard_id)
         shards = [{"id": w.shard_id, "file": os.path.basename(w.path), "rows": w.rows,
                    "bytes": w.bytes} for w in done]
-        metadata = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "element_spec": spec_json,
-                    "rows": sum(w.rows for w in done), "shards": shards}
-        with open(os.path.join(tmp, METADATA_FILE), "x", encoding="utf-8") as f:
-            json.dump(metadata, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        _commit(tmp, path)
-    except BaseException:
+        metadata = json.dumps({
+            "format": FORMAT_NAME, "version": FORMAT_VERSION, "element_spec": spec_json,
+            "rows": sum(w.rows for w in done), "shards": shards}, indent=1).encode("utf-8")
+        fsync_directory(path)  # the shards' names are on the disk before a pointer names them
+        replaced = _published_files(path)
+        # The one publishing step: the metadata, renamed into place, names the new shards.
+        write_file(os.path.join(path, METADATA_FILE), lambda f: f.write(metadata), what)
+    except BaseException as exc:
         for writer in writers.values():
-            writer.close_file()
-        shutil.rmtree(tmp, ignore_errors=True)
+            writer.discard()
+            with contextlib.suppress(OSError):
+                os.unlink(writer.path)
+        if created:  # a failed first save leaves no directory (unless another save's files)
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        if isinstance(exc, OSError):
+            raise named_error(exc, what, kept, "write", path) from None
         raise
+    _sweep(path, {os.path.basename(w.path) for w in writers.values()}, replaced)
     return read_metadata(path)
 
 
-def _remove_dead_savers(parent: str, prefix: str) -> None:
-    """The temporary directories of saves on this host whose process was killed."""
-    for name in os.listdir(parent) if os.path.isdir(parent) else ():
-        pid = name[len(prefix):].split("-", 1)[0] if name.startswith(prefix) else ""
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+def _shard_token(name: str) -> str | None:
+    """The writer token of a shard file's name (``shard-NNNNN.<token>.mpds``), else None."""
+    match = _SHARD_NAME.fullmatch(name)
+    return None if match is None else match.group(1)
 
 
-def _commit(tmp: str, path: str) -> None:
-    """Rename the finished ``tmp`` to ``path``, replacing what ``_check_path`` allows there."""
-    parent, base = os.path.split(path)
-    if not _check_path(path):  # checked again: something may have appeared while writing
-        os.rename(tmp, path)
-    else:
-        # Linux has no portable atomic swap of non-empty directories: move the old one aside
-        # first, so that ``path`` always holds either the old or the new complete dataset
-        # (or, for an instant, nothing), never a mix.
-        old = tempfile.mkdtemp(prefix=f".{base}.replaced-", dir=parent)
-        os.rename(path, os.path.join(old, "dataset"))
-        try:
-            os.rename(tmp, path)
-        except BaseException:
-            os.rename(os.path.join(old, "dataset"), path)
-            raise
-        finally:
-            _fsync_dir(parent)
-        shutil.rmtree(old, ignore_errors=True)
-    _fsync_dir(parent)
+def _published_files(path: str) -> set[str]:
+    """The shard files the metadata at ``path`` names now (none if it has no valid one)."""
+    try:
+        with open(os.path.join(path, METADATA_FILE), encoding="utf-8") as f:
+            return {os.path.basename(s["file"]) for s in json.load(f)["shards"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def _sweep(path: str, ours: set[str], replaced: set[str]) -> None:
+    """After publishing: delete the shards of the copy this save replaced and those that
+    killed writers of this host left. Shards of a writer still alive (or on another host) are
+    another save running now: left alone, and named in a warning."""
+    others: set[str] = set()
+    for name in sorted(os.listdir(path)):
+        token = _shard_token(name)
+        if token is None or name in ours:
+            continue
+        if name in replaced or dead_writer(token):
+            try:
+                remove_file(os.path.join(path, name))
+            except OSError as exc:  # the new copy is published: only space is lost
+                warnings.warn(f"Dataset.save: could not delete {name!r}, a shard of the copy "
+                              f"it replaced in {path!r} ({exc.strerror}); delete it by hand.",
+                              RuntimeWarning, stacklevel=4)
+        else:
+            others.add(token)
+    if others:
+        warnings.warn(
+            f"Dataset.save: {path!r} also holds shards of {len(others)} other save(s) "
+            f"({', '.join(sorted(others))}: host-pid-id), running now or killed on another "
+            "host. Each save publishes a complete dataset and the last to finish is what "
+            f"{path!r} holds. Save from one process (the chief: "
+            "strategy.cluster_resolver.task_id == 0), or each worker to its own path; the "
+            "files of a save killed on another host can be deleted once no save runs.",
+            RuntimeWarning, stacklevel=4)
 
 
 # -- reading --------------------------------------------------------------------------------

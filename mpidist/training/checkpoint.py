@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,17 +33,20 @@ import numpy as np
 
 from mpidist.backend import as_array
 from mpidist.core import state
+from mpidist.core.durable import remove_file
 from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import user_call
 from mpidist.training.checkpoint_format import (
     STATE_FILENAME,
     latest_checkpoint,
+    State,
     path_argument,
     read_checkpoint_file,
     read_state,
     write_checkpoint_file,
     write_state,
 )
+from mpidist.training.chief_writes import ChiefWrites
 from mpidist.training.checkpoint_status import (
     SAVE_COUNTER_KEY,
     CheckpointLoadStatus,
@@ -52,6 +56,7 @@ from mpidist.ps.sharded_variable import ShardedVariable
 from mpidist.training.deferred_restore import PendingRestore
 from mpidist.training.restore_agreement import agree_on_restore
 from mpidist.values.distributed_variables import is_distributed_variable
+from mpidist.errors import InvalidArgumentError
 from mpidist.values.variables import Variable
 
 if TYPE_CHECKING:
@@ -60,7 +65,6 @@ if TYPE_CHECKING:
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "Trackable",
            "latest_checkpoint"]
 
-_STATUS_BYTES = 1024  # one rank's report in the end-of-save agreement: flag + message
 
 
 class Trackable(Protocol):
@@ -178,62 +182,6 @@ def _strategies(variables: Iterable[Any]) -> list[Strategy]:
     if not mode.is_default:
         add(mode.strategy)
     return found
-
-
-class _Coordination:
-    """Who writes, and the end-of-save agreement across ranks.
-
-    Only a worker whose strategies all say ``should_checkpoint`` writes. With a multi-worker
-    strategy every rank then reports success or failure in one small all-gather on the
-    strategy's communicator, which doubles as the barrier: no rank returns before the writer
-    has finished, and a failure on the writer raises on every rank.
-    """
-
-    def __init__(self, strategies: Iterable[Strategy]) -> None:
-        self.should_write = all(s.extended.should_checkpoint for s in strategies)
-        self._comm = None
-        self._timeout = None
-        for s in strategies:
-            comm = s.extended.communicator
-            if comm is not None:
-                self._comm = comm
-                options = s.extended.communication_options
-                self._timeout = None if options is None else options.timeout_seconds
-                break
-
-    def begin(self) -> None:
-        """Meet every rank before anything is written: a save that only some ranks call (e.g.
-        ``if rank == 0: checkpoint.save(path)``) fails here, on every rank, with the mismatch
-        error naming the call, and no file is written."""
-        if self._comm is not None and self._comm.size > 1:
-            self._comm.barrier(timeout=self._timeout)
-
-    def run(self, what: str, action: Callable[[], object]) -> None:
-        """Run ``action`` where this worker writes; then agree with every rank on the outcome."""
-        error = None
-        if self.should_write:
-            try:
-                action()
-            except Exception as exc:  # noqa: BLE001 - reported to every rank, re-raised below
-                error = exc
-        if self._comm is not None and self._comm.size > 1:
-            report = np.zeros((1, _STATUS_BYTES), dtype=np.uint8)
-            if error is not None:
-                text = f"{type(error).__name__}: {error}".encode("utf-8", "replace")
-                report[0, 0] = 1
-                report[0, 1:1 + min(len(text), _STATUS_BYTES - 1)] = \
-                    np.frombuffer(text[:_STATUS_BYTES - 1], dtype=np.uint8)
-            reports = self._comm.all_gather(report, timeout=self._timeout)
-            failed = [(rank, bytes(row[1:]).rstrip(b"\0").decode("utf-8", "replace"))
-                      for rank, row in enumerate(reports) if row[0]]
-            if error is None and failed:
-                rank, message = failed[0]
-                raise RuntimeError(
-                    f"{what} failed on rank {rank}: {message}. Fix the cause there (disk "
-                    "space, permissions, path) and save again."
-                )
-        if error is not None:
-            raise error
 
 
 # -- Values -------------------------------------------------------------------------------------
@@ -379,13 +327,13 @@ class Checkpoint:
             self._write(path, record_state=False)
             return path
 
-    def _write(self, path: str, record_state: bool) -> _Coordination:
+    def _write(self, path: str, record_state: bool) -> ChiefWrites:
         """Read every value (collective for SyncOnRead ones), write where this worker should,
-        agree with every rank; returns the _Coordination used."""
+        agree with every rank; returns the ChiefWrites used."""
         if self._pending is not None:
             self._pending.apply()  # a restore point: a variable attached since takes its value
         pairs = _walk(self._items())
-        coordination = _Coordination(_strategies(var for _, var in pairs))
+        coordination = ChiefWrites(_strategies(var for _, var in pairs))
         coordination.begin()
         values: dict[int, np.ndarray[Any, Any]] = {}
         entries: list[tuple[str, np.ndarray[Any, Any]]] = []
@@ -434,36 +382,42 @@ class Checkpoint:
             except Exception as err:  # the ranks agree on failing alike, then it is raised
                 agree_on_restore("Checkpoint.restore", self._strategies(), path, error=err)
                 raise
-            agree_on_restore("Checkpoint.restore", self._strategies(), path, manifest)
-            items = self._items()
-            matched = []
-            for key, var in _walk(items):
-                if key in saved:
-                    matched.append((key, var, saved[key]))
-            for key, var, arr in matched:
-                if arr.shape != tuple(var.shape) or arr.dtype != var.dtype:
-                    raise ValueError(
-                        f"Cannot restore checkpoint key {key!r} from {path!r} into variable "
-                        f"{var.name!r}: the checkpoint holds shape {arr.shape} dtype "
-                        f"{arr.dtype}, the variable has shape {tuple(var.shape)} dtype "
-                        f"{var.dtype}. Nothing was restored; create the variable with the saved "
-                        "shape and dtype, or restore a checkpoint of this model."
-                    )
-            assigned = {}
-            for _, var, arr in matched:
-                if id(var) not in assigned:
-                    assigned[id(var)] = var
-                    _assign(var, arr)
-            used = {key for key, _, _ in matched}
-            _warn_if_nothing_matched(path, saved, used, items)
-            roots = [obj for name, obj in items if name != SAVE_COUNTER_KEY]
-            record = PendingRestore(
-                path, saved, {k: a for k, a in saved.items() if k not in used},
-                [k for k, _, _ in matched], walk=lambda: _walk(self._items()), assign=_assign,
-                roots=roots, taken=assigned.values())
-            record.activate(previous=self._pending)
-            self._pending = record
-            return CheckpointLoadStatus(record, lambda: _walk(self._items()))
+            return self._restore_read(path, manifest, saved)
+
+    def _restore_read(self, path: str, manifest: Mapping[str, Any],
+                      saved: dict[str, np.ndarray[Any, Any]]) -> CheckpointLoadStatus:
+        """Restore the content of ``path`` that ``read_checkpoint_file`` returned (the ranks
+        agree on it first)."""
+        agree_on_restore("Checkpoint.restore", self._strategies(), path, manifest)
+        items = self._items()
+        matched = []
+        for key, var in _walk(items):
+            if key in saved:
+                matched.append((key, var, saved[key]))
+        for key, var, arr in matched:
+            if arr.shape != tuple(var.shape) or arr.dtype != var.dtype:
+                raise ValueError(
+                    f"Cannot restore checkpoint key {key!r} from {path!r} into variable "
+                    f"{var.name!r}: the checkpoint holds shape {arr.shape} dtype "
+                    f"{arr.dtype}, the variable has shape {tuple(var.shape)} dtype "
+                    f"{var.dtype}. Nothing was restored; create the variable with the saved "
+                    "shape and dtype, or restore a checkpoint of this model."
+                )
+        assigned = {}
+        for _, var, arr in matched:
+            if id(var) not in assigned:
+                assigned[id(var)] = var
+                _assign(var, arr)
+        used = {key for key, _, _ in matched}
+        _warn_if_nothing_matched(path, saved, used, items)
+        roots = [obj for name, obj in items if name != SAVE_COUNTER_KEY]
+        record = PendingRestore(
+            path, saved, {k: a for k, a in saved.items() if k not in used},
+            [k for k, _, _ in matched], walk=lambda: _walk(self._items()), assign=_assign,
+            roots=roots, taken=assigned.values())
+        record.activate(previous=self._pending)
+        self._pending = record
+        return CheckpointLoadStatus(record, lambda: _walk(self._items()))
 
     def _strategies(self) -> list[Strategy]:
         """The strategies of the tracked variables (for the restore agreement)."""
@@ -495,7 +449,7 @@ def _warn_if_nothing_matched(path: str, saved: Mapping[str, Any], used: set[str]
         f"{_keys(unmatched)} and this Checkpoint's variables are at {_keys(tracked)}; only the "
         "save counter was restored. Pass the objects under the names they were saved with "
         "(Checkpoint(model=...) restores what Checkpoint(model=...) saved), or check the path.",
-        RuntimeWarning, stacklevel=3)
+        RuntimeWarning, stacklevel=4)
 
 
 def _keys(keys: Sequence[str], limit: int = 8) -> str:
@@ -577,13 +531,13 @@ class CheckpointManager:
         self._max_to_keep = None if max_to_keep is None else int(max_to_keep)
         self._prefix = os.path.join(directory, checkpoint_name)
         self._init_fn = init_fn
-        self._kept = collections.OrderedDict()  # path -> timestamp, oldest first
-        self._latest: str | None = None
-        recovered = read_state(directory)
-        if recovered is not None:
-            for path, stamp in zip(recovered.paths, recovered.timestamps):
-                self._kept[path] = stamp
-            self._latest = recovered.latest
+        self._name = checkpoint_name
+        self._kept: collections.OrderedDict[str, float] = collections.OrderedDict()
+        self._latest: str | None = None  # path -> timestamp above, oldest first
+        recovered = _read_state_or_scan(directory, checkpoint_name)
+        for path, stamp in zip(recovered.paths, recovered.timestamps):
+            self._kept[path] = stamp
+        self._latest = recovered.latest
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -625,33 +579,44 @@ class CheckpointManager:
         before = int(counter.numpy())
         counter.assign(np.int64(before + 1), read_value=False)
         path = f"{self._prefix}-{before + 1 if number is None else number}"
+        kept = collections.OrderedDict(self._kept)
+        kept.pop(path, None)
+        kept[path] = time.time()
+        doomed: list[str] = []
+        while self._max_to_keep is not None and len(kept) > self._max_to_keep:
+            doomed.append(kept.popitem(last=False)[0])
+
+        def publish_then_sweep() -> None:
+            # The state names the new checkpoint before any old one is deleted: a writer
+            # killed between any two file operations leaves a state whose files all exist.
+            write_state(self._directory, path, list(kept), list(kept.values()))
+            for old in doomed:
+                try:
+                    remove_file(old)
+                except OSError as exc:  # published already: the save itself succeeded
+                    warnings.warn(
+                        f"CheckpointManager.save: the old checkpoint {old!r} could not be "
+                        f"deleted ({exc.strerror}); the state no longer lists it. Delete it by "
+                        "hand.", RuntimeWarning, stacklevel=4)
+
         try:
             coordination = self._checkpoint._write(path, record_state=False)
+            # After the first agreement every rank has finished any earlier restore, so
+            # deleting an old checkpoint cannot pull a file from under a slower rank.
+            coordination.run(f"Recording checkpoint {path!r} in {self._directory!r}",
+                             publish_then_sweep)
         except BaseException:
             counter.assign(np.int64(before), read_value=False)
             raise
-        self._kept.pop(path, None)
-        self._kept[path] = time.time()
-        self._latest = path
-        doomed: list[str] = []
-        while self._max_to_keep is not None and len(self._kept) > self._max_to_keep:
-            doomed.append(self._kept.popitem(last=False)[0])
-
-        def sweep_and_record() -> None:
-            for old in doomed:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(old)
-            write_state(self._directory, self._latest, list(self._kept),
-                        list(self._kept.values()))
-
-        # After the first agreement every rank has finished any earlier restore, so deleting
-        # an old checkpoint cannot pull a file from under a slower rank.
-        coordination.run(f"Updating the checkpoint state in {self._directory!r}", sweep_and_record)
+        self._kept, self._latest = kept, path
         return path
 
     def restore_or_initialize(self) -> str | None:
         """Restore the latest checkpoint and return its path; without one call ``init_fn``
         (if given) and return None.
+
+        Where the latest checkpoint is missing or damaged, the newest complete one is restored
+        instead, with a RuntimeWarning naming both (see ``restore_newest``).
 
         Collective under a strategy across ranks: the ranks agree on the latest checkpoint (or
         none) and on its content before restoring (call this on every rank).
@@ -659,9 +624,82 @@ class CheckpointManager:
         with user_call("CheckpointManager.restore_or_initialize"):
             agree_on_restore("CheckpointManager.restore_or_initialize",
                              self._checkpoint._strategies(), self._latest)  # restore or init alike
-            if self._latest is not None:
-                self._checkpoint.restore(self._latest)
-                return self._latest
+            restored = self.restore_newest()
+            if restored is not None:
+                return restored[0]
             if self._init_fn is not None:
                 self._init_fn()
             return None
+
+    def restore_newest(self) -> tuple[str, CheckpointLoadStatus] | None:
+        """Restore the newest complete checkpoint; ``(its path, the load status)``, or None
+        when the directory holds none.
+
+        The candidates, newest first: the state's latest, the other kept ones, then files
+        named ``<checkpoint_name>-<n>`` that the state does not list (highest ``n`` first). A
+        candidate that is missing or fails its checks is skipped with a RuntimeWarning naming
+        it and why; if every candidate fails, InvalidArgumentError lists them all and nothing
+        is restored. Collective under a strategy across ranks, like ``Checkpoint.restore``.
+        """
+        skipped: list[tuple[str, str]] = []
+        for path in self._candidates():
+            try:
+                manifest, saved = read_checkpoint_file(path)
+            except (FileNotFoundError, InvalidArgumentError) as exc:
+                skipped.append((path, _first_sentence(exc)))
+                continue
+            if skipped:
+                warnings.warn(
+                    f"CheckpointManager: restored {path!r}, the newest complete checkpoint in "
+                    f"{self._directory!r}, because newer ones could not be: "
+                    + "; ".join(f"{p!r}: {why}" for p, why in skipped) + ".",
+                    RuntimeWarning, stacklevel=3)
+            return path, self._checkpoint._restore_read(path, manifest, saved)
+        if skipped:
+            raise InvalidArgumentError(
+                f"CheckpointManager: no checkpoint in {self._directory!r} can be restored: "
+                + "; ".join(f"{p!r}: {why}" for p, why in skipped)
+                + ". Nothing was restored. Restore from a copy of the directory, or delete it "
+                "to start afresh.")
+        return None
+
+    def _candidates(self) -> list[str]:
+        listed = ([] if self._latest is None else [self._latest]) + [
+            p for p in reversed(self._kept) if p != self._latest]
+        known = {os.path.abspath(p) for p in listed}
+        unlisted = [p for _, p in _numbered_files(self._directory, self._name)
+                    if os.path.abspath(p) not in known]
+        return listed + unlisted[::-1]
+
+
+def _first_sentence(exc: BaseException) -> str:
+    text = str(exc)
+    return text.split(". ", 1)[0] if ". " in text else text
+
+
+def _numbered_files(directory: str, name: str) -> list[tuple[int, str]]:
+    """``[(n, path)]`` of the files ``<name>-<n>`` in ``directory``, lowest ``n`` first."""
+    pattern = re.compile(re.escape(name) + r"-([0-9]+)")
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = [(int(m.group(1)), os.path.join(directory, n)) for n in names
+             if (m := pattern.fullmatch(n)) and os.path.isfile(os.path.join(directory, n))]
+    return sorted(found)
+
+
+def _read_state_or_scan(directory: str, name: str) -> State:
+    """The directory's state file; where it is damaged, the numbered checkpoint files found
+    there stand in (with a RuntimeWarning): the checkpoints themselves are intact."""
+    try:
+        found = read_state(directory)
+    except InvalidArgumentError as exc:
+        files = _numbered_files(directory, name)
+        warnings.warn(f"CheckpointManager: {_first_sentence(exc)}; using the {len(files)} "
+                      f"checkpoint files named {name}-<n> found in {directory!r} instead.",
+                      RuntimeWarning, stacklevel=4)
+        paths = [p for _, p in files]
+        return State(paths[-1] if paths else None, paths,
+                     [os.path.getmtime(p) for p in paths])
+    return found if found is not None else State(None, [], [])

@@ -1,6 +1,8 @@
 """The checkpoint file format: a zip of ``.npy`` members that loads without unpickling, written
 atomically, and the directory's JSON state file (latest and kept checkpoints).
 
+Files are published through mpidist.core.durable (write, fsync, one atomic rename).
+
 A checkpoint file holds ``manifest.npy`` (UTF-8 JSON: format name and version, save counter,
 and per key the member, dtype, shape and SHA-256 of the bytes) and one ``t<i>.npy`` per value.
 Reading checks every member's header and size against the manifest, accepts only bool /
@@ -9,24 +11,22 @@ integer / float / complex dtypes and verifies every checksum before returning an
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import errno
 import hashlib
 import json
 import os
 import re
-import secrets
-import socket
+import warnings
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
-from typing import IO, Any, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from mpidist.core.durable import write_file
 from mpidist.errors import InvalidArgumentError
 
-__all__ = ["FORMAT_VERSION", "STATE_FILENAME", "latest_checkpoint", "path_argument",
+__all__ = ["FORMAT_VERSION", "STATE_FILENAME", "State", "latest_checkpoint", "path_argument",
            "read_checkpoint_file", "read_state", "write_checkpoint_file", "write_state"]
 
 FORMAT_NAME = "mpidist-checkpoint"
@@ -58,98 +58,6 @@ def _digest(arr: np.ndarray[Any, Any]) -> str:
     return hashlib.sha256(arr.reshape(-1).view(np.uint8)).hexdigest()  # type: ignore[arg-type]
 
 
-# -- Files --------------------------------------------------------------------------------------
-def _fsync_directory(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # e.g. a platform where directories cannot be opened
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: str, write_fn: Callable[[IO[bytes]], object]) -> None:
-    """Write ``path`` through ``write_fn(file)`` so that it appears complete or not at all.
-
-    The data goes to an unnamed file in the same directory (Linux ``O_TMPFILE``), which is
-    given a name only once complete: a writer killed before that (SIGKILL, a time limit) leaves
-    nothing behind. Where the filesystem has no unnamed files, a named temporary stands in; its
-    name carries the host and pid, so the next write there removes those of dead writers."""
-    directory = os.path.dirname(os.path.abspath(path))
-    base = os.path.basename(path)
-    prefix = f".{base}.tmp-{socket.gethostname()}-"
-    tmp = os.path.join(directory, f"{prefix}{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd = _open_unnamed(directory)
-        named = fd is None
-        if fd is None:  # `named`, said so that mypy narrows fd
-            _remove_dead_writers_temporaries(directory, prefix)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as exc:
-        # The OS names the temporary file or one parent; say which path the user gave.
-        raise type(exc)(exc.errno, (
-            f"Cannot write {path!r}: {exc.strerror} ({exc.filename!r}). Nothing was written; "
-            "pass a path in a directory this process can create and write (no existing file "
-            "in its place).")) from None
-    f = os.fdopen(fd, "wb")
-    try:
-        write_fn(f)
-        f.flush()
-        os.fsync(f.fileno())
-        if not named:
-            _name_unnamed(f.fileno(), tmp)
-        f.close()
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            f.close()
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_directory(directory)
-
-
-def _open_unnamed(directory: str) -> int | None:
-    """An unnamed file in ``directory`` open for writing, or None where the platform or the
-    filesystem has none (not Linux, NFS, ...)."""
-    flag = getattr(os, "O_TMPFILE", None)
-    if flag is None or not os.path.isdir("/proc/self/fd"):
-        return None
-    try:
-        return os.open(directory, flag | os.O_WRONLY, 0o666)
-    except OSError as exc:
-        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
-            return None
-        raise
-
-
-def _name_unnamed(fd: int, path: str) -> None:
-    """Give the unnamed file ``fd`` the name ``path``: linkat(AT_SYMLINK_FOLLOW) through
-    /proc/self/fd (a plain link(2) would link the /proc entry itself and fail with EXDEV)."""
-    proc = os.open("/proc/self/fd", os.O_RDONLY)
-    try:
-        os.link(str(fd), path, src_dir_fd=proc, follow_symlinks=True)
-    finally:
-        os.close(proc)
-
-
-def _remove_dead_writers_temporaries(directory: str, prefix: str) -> None:
-    """Named temporaries of this file that writers on this host left when they were killed."""
-    for name in os.listdir(directory):
-        if not name.startswith(prefix):
-            continue
-        pid = name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, name))
-
-
 def _write_member(zf: zipfile.ZipFile, name: str, arr: np.ndarray[Any, Any]) -> None:
     with zf.open(name, "w", force_zip64=True) as fh:
         np.lib.format.write_array(fh, arr, allow_pickle=False)
@@ -165,13 +73,13 @@ def write_checkpoint_file(path: str, entries: Sequence[tuple[str, np.ndarray[Any
                                     "shape": list(arr.shape), "sha256": _digest(arr)})
     manifest_bytes = np.frombuffer(json.dumps(manifest).encode("utf-8"), dtype=np.uint8)
 
-    def write(f: IO[bytes]) -> None:
+    def write(f: Any) -> None:  # a StagedFile: zipfile needs only its file methods
         with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             _write_member(zf, _MANIFEST_MEMBER, manifest_bytes)
             for entry, (_, arr) in zip(manifest["entries"], entries):
                 _write_member(zf, entry["member"], arr)
 
-    _atomic_write(path, write)
+    write_file(path, write, f"Saving checkpoint {path!r}")
 
 
 class _Corrupt(Exception):
@@ -340,10 +248,11 @@ def write_state(directory: str, latest: str | None, paths: Iterable[str],
            "all_checkpoints": [_relative(directory, p) for p in paths],
            "all_checkpoint_timestamps": [float(t) for t in timestamps]}
     data = (json.dumps(doc, indent=1) + "\n").encode("utf-8")
-    _atomic_write(_state_path(directory), lambda f: f.write(data))
+    write_file(_state_path(directory), lambda f: f.write(data),
+               f"Recording the checkpoint state of {directory!r}")
 
 
-class _State(NamedTuple):
+class State(NamedTuple):
     """A state file's contents, its paths joined onto the directory."""
 
     latest: str | None
@@ -351,7 +260,7 @@ class _State(NamedTuple):
     timestamps: list[float]
 
 
-def read_state(directory: str) -> _State | None:
+def read_state(directory: str) -> State | None:
     """The directory's state (paths joined onto ``directory``), or None without a state file."""
     path = _state_path(directory)
     try:
@@ -375,15 +284,27 @@ def read_state(directory: str) -> _State | None:
         ) from None
     if len(stamps) != len(names):
         stamps = [0.0] * len(names)
-    return _State(None if latest is None else os.path.join(directory, latest),
+    return State(None if latest is None else os.path.join(directory, latest),
                   [os.path.join(directory, n) for n in names], stamps)
 
 
 def latest_checkpoint(checkpoint_dir: str | os.PathLike[str]) -> str | None:
     """The path of the newest checkpoint recorded in ``checkpoint_dir``'s state file, or None
-    when there is none (no directory, no state file, or its latest file is gone)."""
+    when there is none (no directory, no state file, or none of its files is there).
+
+    Where the state's latest file is gone but an older one it lists is there, that one is
+    returned, with a RuntimeWarning (TensorFlow returns None: the run would start afresh)."""
     checkpoint_dir = path_argument(checkpoint_dir, "checkpoint_dir")
     found = read_state(checkpoint_dir)
-    if found is None or found.latest is None or not os.path.isfile(found.latest):
+    if found is None or found.latest is None:
         return None
-    return found.latest
+    if os.path.isfile(found.latest):
+        return found.latest
+    for path in reversed(found.paths):
+        if os.path.isfile(path):
+            warnings.warn(
+                f"latest_checkpoint: the state in {checkpoint_dir!r} names {found.latest!r}, "
+                f"which is gone; returning {path!r}, the newest of the others it lists.",
+                RuntimeWarning, stacklevel=2)
+            return path
+    return None

@@ -19,6 +19,7 @@ import mpidist
 from mpidist.errors import InvalidArgumentError
 from mpidist.train import Checkpoint, CheckpointManager, latest_checkpoint
 from mpidist.training import checkpoint_format as file_format
+from mpidist.core import durable
 from replicas import mirrored as S, rid
 from mpidist import VariableAggregation as Agg
 from mpidist import VariableSynchronization as Sync
@@ -579,7 +580,7 @@ class TestAtomicWrite:
     def test_failed_overwrite_keeps_the_old_file(self, tmp_path, monkeypatch):
         path = str(tmp_path / "w")
         Checkpoint(w=plain(1.0)).write(path)
-        monkeypatch.setattr(file_format.os, "replace",
+        monkeypatch.setattr(durable.os, "replace",
                             lambda *a: (_ for _ in ()).throw(OSError("rename failed")))
         with pytest.raises(OSError, match="rename failed"):
             Checkpoint(w=plain(2.0)).write(path)
@@ -601,8 +602,8 @@ class TestAtomicWrite:
             events.append(("replace", os.path.basename(dst)))
             real_replace(src, dst)
 
-        monkeypatch.setattr(file_format.os, "fsync", fsync)
-        monkeypatch.setattr(file_format.os, "replace", replace)
+        monkeypatch.setattr(durable.os, "fsync", fsync)
+        monkeypatch.setattr(durable.os, "replace", replace)
         Checkpoint(w=plain(1.0)).save(str(tmp_path / "ck"))
         d = tmp_path.name
         assert [e[0] for e in events] == ["fsync", "replace", "fsync"] * 2
@@ -741,9 +742,20 @@ class TestManager:
             mgr.save(checkpoint_number=True)
 
     def test_corrupt_state_file(self, tmp_path):
+        """A damaged state file does not hide the checkpoints: the manager warns and takes the
+        numbered files in the directory (the highest number is the latest)."""
+        x = plain(0.0)
+        manager = CheckpointManager(Checkpoint(x=x), str(tmp_path), max_to_keep=3)
+        for value in (1.0, 2.0):
+            x.assign(value)
+            manager.save()
         (tmp_path / "checkpoint").write_text("{not json")
-        with pytest.raises(InvalidArgumentError,
-                           match="state file .* is corrupt.*delete the state file"):
-            CheckpointManager(Checkpoint(x=plain(0.0)), str(tmp_path), max_to_keep=1)
         with pytest.raises(InvalidArgumentError, match="corrupt"):
             latest_checkpoint(str(tmp_path))
+        fresh = plain(0.0)
+        with pytest.warns(RuntimeWarning, match=r"state file .* is corrupt.*using the 2 "
+                                                r"checkpoint files named ckpt-<n>"):
+            again = CheckpointManager(Checkpoint(x=fresh), str(tmp_path), max_to_keep=3)
+        assert again.checkpoints == [str(tmp_path / "ckpt-1"), str(tmp_path / "ckpt-2")]
+        assert again.restore_or_initialize() == str(tmp_path / "ckpt-2")
+        assert fresh.numpy() == 2.0
