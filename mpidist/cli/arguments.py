@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from mpidist.cli import bench
 from mpidist.cli.commands import (
+    cmd_backup,
     cmd_bench_allreduce,
     cmd_bench_batch,
     cmd_bench_input,
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="mpidist", description="mpidist's command line: look at a job, "
                            "benchmark its collectives. Run alone or under mpiexec / srun.")
     parser.add_argument("--version", action="version", version=f"mpidist {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{info,bench,run,selftest}",
+    commands = parser.add_subparsers(dest="command", metavar="{info,bench,run,selftest,backup}",
                                      parser_class=CommandParser)
     commands.required = True
     # `run` parses its own arguments (mpidist.launch.runner): listed here for --help only.
@@ -122,6 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "the problems it detects. Exit status 1 if a problem is an error.")
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.set_defaults(func=cmd_info)
+
+    backup = commands.add_parser(
+        "backup", help="one line on a BackupAndRestore directory: DIR (step K)",
+        description="Print one line saying what a BackupAndRestore directory holds: 'DIR "
+                    "(step K)', K the training step a restart resumes after; 'DIR (no backup)'; "
+                    "or 'DIR (a backup of unknown step)' where it cannot be read. Changes "
+                    "nothing; exit status 0. The batch scripts log it when a job ends "
+                    "without finishing.")
+    backup.add_argument("directory", help="the backup directory (MPIDIST_BACKUP_DIR)")
+    backup.set_defaults(func=cmd_backup)
 
     benchmarks = commands.add_parser("bench", help="all-reduce benchmarks beside raw mpi4py",
                                      description="Benchmarks of mpidist's collectives beside "

@@ -35,6 +35,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 1 if any(p["severity"] == "error" for p in report["problems"]) else 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    """``mpidist backup DIR``: one line on what the backup directory holds; always 0."""
+    from mpidist.training.backup_status import describe_backup  # noqa: PLC0415
+
+    print(describe_backup(args.directory), flush=True)
+    return 0
+
+
 def _prepare_plot(args: argparse.Namespace) -> None:
     """Fail before any timing when ``--plot`` cannot be honoured."""
     if not args.plot:

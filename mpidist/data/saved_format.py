@@ -263,8 +263,11 @@ class _ShardWriter:
             self._write_head(f)
             f.write(spec_bytes)
             f.close()
-        finally:
+        except BaseException:
             f.discard()
+            with contextlib.suppress(OSError):  # not yet known to the save that cleans up
+                os.unlink(path)
+            raise
         self.bytes = _FILE_HEAD.size + len(spec_bytes)
 
     def _write_head(self, f: StagedFile) -> None:
@@ -541,11 +544,15 @@ def write_dataset(elements: Iterable[Any], element_spec: Any, path: str | os.Pat
         done = sorted(writers.values(), key=lambda w: w.shard_id)
         shards = [{"id": w.shard_id, "file": os.path.basename(w.path), "rows": w.rows,
                    "bytes": w.bytes} for w in done]
+        fsync_directory(path)  # the shards' names are on the disk before a pointer names them
+        # What this save replaces goes into its metadata: if it is killed before deleting
+        # those files, the next save learns them from here and deletes them.
+        replaced = _published_files(path)
         metadata = json.dumps({
             "format": FORMAT_NAME, "version": FORMAT_VERSION, "element_spec": spec_json,
-            "rows": sum(w.rows for w in done), "shards": shards}, indent=1).encode("utf-8")
-        fsync_directory(path)  # the shards' names are on the disk before a pointer names them
-        replaced = _published_files(path)
+            "rows": sum(w.rows for w in done), "shards": shards,
+            "replaces": sorted(n for n in replaced if os.path.exists(os.path.join(path, n)))},
+            indent=1).encode("utf-8")
         # The one publishing step: the metadata, renamed into place, names the new shards.
         write_file(os.path.join(path, METADATA_FILE), lambda f: f.write(metadata), what)
     except BaseException as exc:
@@ -570,11 +577,14 @@ def _shard_token(name: str) -> str | None:
 
 
 def _published_files(path: str) -> set[str]:
-    """The shard files the metadata at ``path`` names now (none if it has no valid one)."""
+    """The shard files that the metadata at ``path`` names now, and those it says it replaced
+    (its save may have been killed before deleting them): none without a valid metadata."""
     try:
         with open(os.path.join(path, METADATA_FILE), encoding="utf-8") as f:
-            return {os.path.basename(s["file"]) for s in json.load(f)["shards"]}
-    except (OSError, ValueError, KeyError, TypeError):
+            data = json.load(f)
+        named = {os.path.basename(s["file"]) for s in data["shards"]}
+        return named | {os.path.basename(n) for n in data.get("replaces", [])} - named
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return set()
 
 

@@ -19,6 +19,11 @@ MPI_Init talks to the launcher as if the launcher had started it. Then it:
 No report when the program exits 0, or after a forwarded signal (the job is being stopped, or
 asked to back up, and the launcher says so). Exit status 1 (an uncaught exception, whose
 traceback is already above) gets a one-line note instead of a report.
+
+When ``MPIDIST_FINISHED_DIR`` names a directory (the batch scripts in slurm/ make one per run,
+on a filesystem every node sees), a program that exits 0 leaves a completion record there,
+``rank-<launcher rank>``. A step whose every rank left one finished; the launcher's exit status
+alone cannot say so (srun returns 0 for a step that a node failure ended).
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ from mpidist.launch.report import death_report, exit_code_of, later_death_note
 from mpidist.launch.signals import forward_signals, stop_forwarding
 from mpidist.launcher_env import announced_size, launcher_rank
 
-__all__ = ["main", "run_guarded"]
+__all__ = ["main", "run_guarded", "FINISHED_DIR_VARIABLE"]
+
+FINISHED_DIR_VARIABLE = "MPIDIST_FINISHED_DIR"
 
 USAGE = ("usage: python -m mpidist.guard [--report-dir DIR] [--survivable] [--] PROGRAM "
          "[ARGS...]\n"
@@ -123,7 +130,9 @@ def _run_and_report(command: Sequence[str], report_dir: str | None) -> int:
         stop_forwarding()  # a late signal must not end the guard in place of its exit code
         # also those that appeared while it ran: a short-lived rank dies between two looks
         segments |= leftovers.present() - before
-        if returncode != 0 and not received:  # after a forwarded signal the launcher speaks
+        if returncode == 0:
+            _record_finished()
+        elif not received:  # after a forwarded signal the launcher speaks
             _report(returncode, read_state_file(path), child.pid, command, report_dir)
         _say(leftovers.clear_when_unused(segments))  # MPICH removes them at MPI_Finalize only
         return returncode
@@ -131,6 +140,22 @@ def _run_and_report(command: Sequence[str], report_dir: str | None) -> int:
         os.close(fd)
         if not path.startswith("/proc/"):
             os.unlink(path)
+
+
+def _record_finished() -> None:
+    """The program exited 0: leave this rank's completion record in ``$MPIDIST_FINISHED_DIR``,
+    if set (the directory is its creator's to make and remove)."""
+    directory = os.environ.get(FINISHED_DIR_VARIABLE)
+    if not directory:
+        return
+    rank = launcher_rank()
+    name = f"rank-{rank}" if rank is not None else f"pid-{socket.gethostname()}-{os.getpid()}"
+    try:
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as record:
+            record.write(f"{socket.gethostname()} {os.getpid()} exit 0\n")
+    except OSError as err:
+        _write(f"mpidist.guard: the program finished, but its completion record could not be "
+               f"written to {directory} ({FINISHED_DIR_VARIABLE}): {err.strerror or err}\n")
 
 
 def _wait_noting_segments(child: subprocess.Popen[bytes]) -> tuple[int, set[str]]:

@@ -15,12 +15,19 @@ the segments the program had mapped once no live process maps them any more. Whe
 other ranks still map them (mpiexec kills them only after this rank's guard has ended), a
 detached cleaner (``python -m mpidist.launch.leftovers``) waits for them to go, up to
 ``LINGER_SECONDS``, and then clears; what even that misses, the next guard on the node clears.
+
+Where the launcher kills the guards with their ranks (Slurm after an ``MPI_Abort`` or a rank's
+bad exit under ``--kill-on-bad-exit``), no guard is left to clear. The batch scripts in slurm/
+then run ``python -m mpidist.launch.leftovers --stale`` once on every node of the job
+(``clear_stale``): it prints what it removed, and exits 1, naming the files, if some could not
+be removed.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -148,7 +155,6 @@ def clear_when_unused(names: Iterable[str]) -> Cleared:
     left = [n for n in names if (SHM / n).exists()]
     if left:
         import subprocess  # noqa: PLC0415 - only after a program died with its segments mapped
-        import sys  # noqa: PLC0415
 
         # This file run as a script, without site-packages: the cleaner imports nothing but
         # the standard library (not numpy, not mpidist), so many of them cost next to nothing.
@@ -169,7 +175,26 @@ def _clear_later(names: Sequence[str], linger: float = LINGER_SECONDS, poll: flo
         time.sleep(poll)  # wait-ok: a detached cleaner with its own hard deadline (linger)
 
 
-if __name__ == "__main__":
-    import sys
+def _main(argv: Sequence[str]) -> int:
+    """``--stale``: ``clear_stale()`` on this node, saying what it removed (the batch scripts'
+    cleanup after a killed step); else the detached cleaner of the segments named."""
+    if list(argv[:1]) != ["--stale"]:
+        _clear_later([n for n in argv if _ours(n) and "/" not in n])
+        return 0
+    import socket  # noqa: PLC0415 - the detached cleaner needs none of this
 
-    _clear_later([n for n in sys.argv[1:] if _ours(n) and "/" not in n])
+    cleared = clear_stale()
+    if cleared.removed:
+        host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # Slurm's name for it
+        print(f"mpidist.launch.leftovers: {host}: removed "
+              f"{len(cleared.removed)} MPI shared-memory segment(s) that a killed job left "
+              f"and no live process maps: {', '.join(sorted(cleared.removed))}", flush=True)
+    message = cleared.message()
+    if message:
+        print(message, file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

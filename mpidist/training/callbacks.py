@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 import numpy as np
 
 from mpidist.core.signatures import NonNegative, accepts
+from mpidist.training.backup_owner import claim, release
 from mpidist.training.checkpoint import Checkpoint, CheckpointManager
+from mpidist.training.chief_writes import ChiefWrites
 from mpidist.values.variables import Variable
 
 if TYPE_CHECKING:
@@ -182,6 +184,13 @@ class ModelCheckpoint(Callback):
 class BackupAndRestore(Callback):
     """Back up the whole training state so a killed job resumes where it stopped.
 
+    The directory has one live owner: while ``fit`` runs, the writing worker holds a lock on
+    ``backup_dir/owner.lock`` and records its Slurm job, host and pid in ``owner.json``. Another
+    live run with the same directory fails at ``fit``'s start on every rank, naming the
+    owner; a requeue of the same Slurm job, or any run after the owner died, takes it over.
+    Backups are published atomically and a kill at any moment leaves the last one loadable;
+    where the newest backup is damaged, the newest complete one is restored with a warning.
+
     Every epoch (or every ``save_freq`` steps) the model's variables, the optimizer (slots and
     ``iterations``), the metrics and the position in training are saved to ``backup_dir``.
     When ``fit`` starts and a backup exists, all of it is restored and training continues from
@@ -216,10 +225,15 @@ class BackupAndRestore(Callback):
                                         name="fit_progress")
         checkpoint = Checkpoint(model=ModelVariables(self.model), optimizer=self.optimizer,
                                 metrics=_Group(self._loop.metrics), progress=self._progress)
+        # One live owner per directory: the writer claims it, every rank hears the outcome.
+        ChiefWrites([self.strategy]).run(
+            f"BackupAndRestore: claiming the backup directory {self.backup_dir!r}",
+            lambda: claim(self.backup_dir), fix="")
         self.manager = CheckpointManager(checkpoint, self.backup_dir, max_to_keep=1)
-        if self.manager.latest_checkpoint is not None:
-            self.optimizer.build(list(self.model.trainable_variables))
-            checkpoint.restore(self.manager.latest_checkpoint).assert_consumed()
+        restored = self.manager.restore_newest(
+            prepare=lambda: self.optimizer.build(list(self.model.trainable_variables)))
+        if restored is not None:
+            restored[1].assert_consumed()
             epoch, step, loss_sum, count = np.asarray(self._progress.numpy(), np.float64)
             self._loop.resume_at(int(epoch), int(step), loss_sum, count)
 
@@ -245,11 +259,11 @@ class BackupAndRestore(Callback):
             self._backup(epoch + 1, 0)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        if not self.delete_checkpoint:
-            return
-        if self.strategy.extended.should_checkpoint:  # the worker that writes the files
+        if self.delete_checkpoint and self.strategy.extended.should_checkpoint:  # the writer
             shutil.rmtree(self.backup_dir, ignore_errors=True)
-        _barrier(self.strategy)
+        release(self.backup_dir)  # after the delete: no other run starts on half a directory
+        if self.delete_checkpoint:
+            _barrier(self.strategy)
 
 
 def _barrier(strategy: Strategy) -> None:

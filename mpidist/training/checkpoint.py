@@ -622,18 +622,19 @@ class CheckpointManager:
         none) and on its content before restoring (call this on every rank).
         """
         with user_call("CheckpointManager.restore_or_initialize"):
-            agree_on_restore("CheckpointManager.restore_or_initialize",
-                             self._checkpoint._strategies(), self._latest)  # restore or init alike
-            restored = self.restore_newest()
+            restored = self._restore_newest("CheckpointManager.restore_or_initialize")
             if restored is not None:
                 return restored[0]
             if self._init_fn is not None:
                 self._init_fn()
             return None
 
-    def restore_newest(self) -> tuple[str, CheckpointLoadStatus] | None:
+    def restore_newest(self, prepare: Callable[[], object] | None = None
+                       ) -> tuple[str, CheckpointLoadStatus] | None:
         """Restore the newest complete checkpoint; ``(its path, the load status)``, or None
-        when the directory holds none.
+        when the directory holds none. ``prepare()``, if given, runs once a checkpoint has been
+        read and checked, just before its values are assigned (e.g. to build an optimizer's
+        slots so that they take theirs).
 
         The candidates, newest first: the state's latest, the other kept ones, then files
         named ``<checkpoint_name>-<n>`` that the state does not list (highest ``n`` first). A
@@ -641,6 +642,12 @@ class CheckpointManager:
         it and why; if every candidate fails, InvalidArgumentError lists them all and nothing
         is restored. Collective under a strategy across ranks, like ``Checkpoint.restore``.
         """
+        with user_call("CheckpointManager.restore_newest"):
+            return self._restore_newest("CheckpointManager.restore_newest", prepare)
+
+    def _restore_newest(self, call: str, prepare: Callable[[], object] | None = None
+                        ) -> tuple[str, CheckpointLoadStatus] | None:
+        agree_on_restore(call, self._checkpoint._strategies(), self._latest)  # all or none try
         skipped: list[tuple[str, str]] = []
         for path in self._candidates():
             try:
@@ -653,7 +660,9 @@ class CheckpointManager:
                     f"CheckpointManager: restored {path!r}, the newest complete checkpoint in "
                     f"{self._directory!r}, because newer ones could not be: "
                     + "; ".join(f"{p!r}: {why}" for p, why in skipped) + ".",
-                    RuntimeWarning, stacklevel=3)
+                    RuntimeWarning, stacklevel=4)
+            if prepare is not None:
+                prepare()
             return path, self._checkpoint._restore_read(path, manifest, saved)
         if skipped:
             raise InvalidArgumentError(
