@@ -83,8 +83,9 @@ def _fix(code: int | None, directory: str) -> str:
         return f"{directory!r} is on a read-only filesystem: save to a writable one."
     if code in (errno.EACCES, errno.EPERM):
         return f"This user may not write in {directory!r}: make it writable or save elsewhere."
-    if code in (errno.ENOENT, errno.ENOTDIR):
-        return f"A parent of {directory!r} is missing or is a file: pass a path in a directory."
+    if code in (errno.ENOENT, errno.ENOTDIR, errno.EEXIST):
+        return (f"A part of {directory!r} is missing or is a file: pass a path in a directory "
+                "this process can create and write.")
     return "Check the path and the filesystem, then save again."
 
 
@@ -215,7 +216,8 @@ def write_file(path: str, write_fn: Callable[[StagedFile], object], what: str) -
     directory = os.path.dirname(os.path.abspath(path))
     prefix = f".{os.path.basename(path)}.tmp-"
     tmp = os.path.join(directory, prefix + writer_token())
-    kept = f"Nothing was published: {path!r} holds the last save, unchanged."
+    kept = (f"Nothing was published: {path!r} holds the last save, unchanged."
+            if os.path.lexists(path) else f"Nothing was written at {path!r}.")
     staged: StagedFile | None = None
     named = False
     try:

@@ -234,13 +234,14 @@ class Dataset:
     def save(self, path: str | os.PathLike[str], compression: str | None = None,
              shard_func: Callable[..., int] | None = None, checkpoint_args: object = None) -> None:
         """Write this dataset's elements to the directory ``path`` (``Dataset.load`` reads it
-        back): one file per shard, written to a temporary directory and renamed into place,
-        so ``path`` never holds a half-written dataset.
+        back): one file per shard, published at once by renaming the metadata that names them
+        over the old, so ``path`` holds the old dataset or the new one, whole, whatever stops
+        the save (a kill, a full disk: an OSError naming the path and the fix).
 
         ``shard_func(element)`` (a tuple element as positional arguments, as in ``map``) gives
         each element's shard, an int >= 0; by default elements go round-robin to 8 shards.
-        Several workers must not save to the same path: save from one rank (the chief), or
-        each to its own path."""
+        Save from one rank (the chief), or each worker to its own path: workers saving to one
+        path each publish a whole copy (the last wins), with a warning naming the others."""
         if compression is not None:
             raise InvalidArgumentError(
                 f"Dataset.save: compression={compression!r} is not supported: mpidist writes "

@@ -4,7 +4,7 @@ JSON metadata file holding the element spec.
 Layout of a saved dataset at ``path``::
 
     path/mpidist-dataset.json   format name and version, element spec, shards, row counts
-    path/shard-00000.mpds       one file per shard id that received at least one element
+    path/shard-00000.<token>.mpds   one file per shard id that received at least one element
     ...
 
 A shard file is self-describing, so a reader given only its name (FILE auto-sharding splits
@@ -24,8 +24,12 @@ shapes vary keep their shapes. The file header's rows and byte count are written
 reader compares them with the file's size before yielding a row, so a truncated file is a
 DataLossError up front, and every block is checked (magic, sizes, CRC) as it is read.
 
-A dataset is written into a temporary sibling directory, each file fsynced, then renamed into
-place: a crash mid-write never leaves a half-written dataset at ``path``. Nothing is pickled
+Each save writes its own shard files (``shard-NNNNN.<writer token>.mpds``) beside the published
+ones and fsyncs them; renaming the new metadata file over the old one publishes them in one
+step (``mpidist.core.durable``), and only then are the replaced shards deleted. The metadata
+also lists what it replaced, so a save killed before deleting them leaves that work to the
+next. A kill at any moment leaves the last published dataset whole at ``path``; several
+savers to one path each publish a whole copy. Nothing is pickled
 and loading imports nothing: a namedtuple is found by its class path among the modules already
 imported, else rebuilt as a namedtuple of the same name and fields.
 

@@ -226,7 +226,8 @@ def test_save_under_a_file(saved):
     (directory / "afile").write_text("x")
     before = tree(directory)
     target = str(directory / "afile" / "ck")
-    with raises(FileExistsError, f"Cannot write {target + '-2'!r}", "Nothing was written",
+    with raises(FileExistsError, f"Saving checkpoint {target + '-2'!r}", "Nothing was written",
+                "is missing or is a file",
                 "pass a path in a directory this process can create and write"):
         ck.save(target)
     unchanged(ck, w, b, directory, before)
