@@ -36,10 +36,11 @@ from mpidist.core import state
 from mpidist.core.durable import remove_file
 from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import user_call
+from mpidist.errors import InvalidArgumentError
 from mpidist.training.checkpoint_format import (
     STATE_FILENAME,
-    latest_checkpoint,
     State,
+    latest_checkpoint,
     path_argument,
     read_checkpoint_file,
     read_state,
@@ -56,7 +57,6 @@ from mpidist.ps.sharded_variable import ShardedVariable
 from mpidist.training.deferred_restore import PendingRestore
 from mpidist.training.restore_agreement import agree_on_restore
 from mpidist.values.distributed_variables import is_distributed_variable
-from mpidist.errors import InvalidArgumentError
 from mpidist.values.variables import Variable
 
 if TYPE_CHECKING:
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Checkpoint", "CheckpointLoadStatus", "CheckpointManager", "Trackable",
            "latest_checkpoint"]
-
 
 
 class Trackable(Protocol):
