@@ -39,12 +39,13 @@ This module knows nothing of ``Dataset`` (which builds ``save`` / ``load`` on it
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
-import contextlib
 import re
 import struct
 import sys
+import time
 import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -91,6 +92,8 @@ _BLOCK_HEAD = struct.Struct("<4sIQQI")
 _ALIGN = 64
 _MAX_JSON = 64 << 20  # a larger header or table length is corruption, not data
 _MAX_OPEN_FILES = 64  # shard files kept open at once while writing; others are reopened
+# Another host's unpublished shards untouched this long are a killed save's: deleted.
+_ABANDONED_SECONDS = 24 * 3600.0
 _SHARD_NAME = re.compile(r"shard-[0-9]{5,}\.(.+)\.mpds")
 _DTYPE_KINDS = "biufcUSmM"  # numbers, bools, strings, times; no objects (no pickles)
 
@@ -594,31 +597,45 @@ def _published_files(path: str) -> set[str]:
 
 def _sweep(path: str, ours: set[str], replaced: set[str]) -> None:
     """After publishing: delete the shards of the copy this save replaced and those that
-    killed writers of this host left. Shards of a writer still alive (or on another host) are
-    another save running now: left alone, and named in a warning."""
-    others: set[str] = set()
+    killed writers left (of this host: their process is gone; of another host: none of their
+    files changed for ``_ABANDONED_SECONDS``). Shards of a writer still alive are another save
+    running now: left alone, and named in a warning."""
+    by_token: dict[str, list[str]] = collections.defaultdict(list)
     for name in sorted(os.listdir(path)):
         token = _shard_token(name)
-        if token is None or name in ours:
-            continue
-        if name in replaced or dead_writer(token):
+        if token is not None and name not in ours:
+            by_token[token].append(name)
+    now = time.time()
+    others: list[str] = []
+    for token, names in by_token.items():
+        doomed = [n for n in names if n in replaced]
+        if dead_writer(token) or _untouched_since(path, names, now - _ABANDONED_SECONDS):
+            doomed = names
+        else:
+            others += [] if len(doomed) == len(names) else [token]
+        for name in doomed:
             try:
                 remove_file(os.path.join(path, name))
             except OSError as exc:  # the new copy is published: only space is lost
-                warnings.warn(f"Dataset.save: could not delete {name!r}, a shard of the copy "
-                              f"it replaced in {path!r} ({exc.strerror}); delete it by hand.",
+                warnings.warn(f"Dataset.save: could not delete {name!r}, a shard of an older "
+                              f"copy in {path!r} ({exc.strerror}); delete it by hand.",
                               RuntimeWarning, stacklevel=4)
-        else:
-            others.add(token)
     if others:
         warnings.warn(
-            f"Dataset.save: {path!r} also holds shards of {len(others)} other save(s) "
-            f"({', '.join(sorted(others))}: host-pid-id), running now or killed on another "
-            "host. Each save publishes a complete dataset and the last to finish is what "
-            f"{path!r} holds. Save from one process (the chief: "
-            "strategy.cluster_resolver.task_id == 0), or each worker to its own path; the "
-            "files of a save killed on another host can be deleted once no save runs.",
-            RuntimeWarning, stacklevel=4)
+            f"Dataset.save: {path!r} also holds shards of {len(others)} other save(s) running "
+            f"now ({', '.join(sorted(others))}: host-pid-id). Each save publishes a complete "
+            f"dataset and the last to finish is what {path!r} holds. Save from one process "
+            "(the chief: strategy.cluster_resolver.task_id == 0), or each worker to its own "
+            "path.", RuntimeWarning, stacklevel=4)
+
+
+def _untouched_since(path: str, names: list[str], cutoff: float) -> bool:
+    """Whether none of ``names`` in ``path`` was modified after ``cutoff`` (a save that
+    writes keeps some of its files fresh)."""
+    try:
+        return max(os.stat(os.path.join(path, n)).st_mtime for n in names) < cutoff
+    except (OSError, ValueError):
+        return False
 
 
 # -- reading --------------------------------------------------------------------------------

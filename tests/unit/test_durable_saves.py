@@ -142,6 +142,24 @@ def test_concurrent_savers_to_one_path_each_publish_a_whole_dataset(tmp_path):
     assert len({n.split(".")[1] for n in os.listdir(path) if n.startswith("shard-")}) == 1
 
 
+def test_shards_of_another_hosts_save_are_kept_while_fresh_and_cleared_when_abandoned(tmp_path):
+    """Another host's unpublished shard files: a save running there now (fresh files: kept,
+    and named in a warning), or one killed there (untouched for a day: deleted)."""
+    path = tmp_path / "ds"
+    Dataset.range(4).save(str(path))
+    fresh = path / "shard-00000.elsewhere-77-0a0b0c0d.mpds"
+    stale = path / "shard-00003.gone-88-1a1b1c1d.mpds"
+    fresh.write_bytes(b"being written")
+    stale.write_bytes(b"left by a kill")
+    day_ago = time.time() - 25 * 3600
+    os.utime(stale, (day_ago, day_ago))
+    with pytest.warns(RuntimeWarning, match=r"other save\(s\) running now "
+                                            r"\(elsewhere-77-0a0b0c0d: host-pid-id\)"):
+        Dataset.range(6).save(str(path))
+    assert fresh.exists() and not stale.exists()
+    assert sorted(int(v) for v in Dataset.load(str(path)).as_numpy_iterator()) == list(range(6))
+
+
 # -- one live owner per backup directory -------------------------------------------------------
 def _hold(directory, env, ready, stop):
     os.environ.update(env)
