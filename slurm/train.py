@@ -112,8 +112,14 @@ def make_strategy(replicas, resolver):
 
 
 def default_backup_dir():
-    job = os.environ.get("SLURM_JOB_ID")
+    """$MPIDIST_BACKUP_DIR (the batch scripts set it), else one per job: an array's tasks
+    (one job each, running the same command) by array and task id, as ``scontrol`` names them
+    (``JOBID_TASK``), so a requeued task resumes its own backup, never another task's."""
     name = os.environ.get("SLURM_JOB_NAME", "mpidist")
+    job = os.environ.get("SLURM_JOB_ID")
+    task = os.environ.get("SLURM_ARRAY_TASK_ID")
+    if task is not None:
+        job = f"{os.environ.get('SLURM_ARRAY_JOB_ID', job)}_{task}"
     fallback = f"backups/{name}-{job}" if job else "backups/local"
     return os.environ.get("MPIDIST_BACKUP_DIR") or fallback
 
@@ -122,7 +128,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backup-dir", default=None,
                         help="where the training state is backed up (default: $MPIDIST_BACKUP_DIR, "
-                             "else backups/<job name>-<job id>); on a filesystem every node sees")
+                             "else backups/<job name>-<job id>, or -<array job id>_<task id> in "
+                             "an array); on a filesystem every node sees")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--save-freq", default="20",
                         help="back up every N steps, or 'epoch' (default 20)")
@@ -159,6 +166,12 @@ def main(argv=None):
             print(f"train.py: signal received: backed up at step {backup.stopped_at} in "
                   f"{backup.backup_dir}; exiting with {REQUEUE_EXIT} to be requeued", flush=True)
         sys.exit(REQUEUE_EXIT)
+    except Exception as err:
+        # The reason in the job's output log too (the traceback goes to the error log), e.g.
+        # another live run of the same job holding the backup directory.
+        if chief:
+            print(f"train.py: training stopped: {type(err).__name__}: {err}", flush=True)
+        raise
     test_logs = mpidist.evaluate(model, mpidist.data.Dataset.from_tensor_slices(test).batch(
         digits_mlp.GLOBAL_BATCH), strategy=strategy, metrics=[accuracy])
     if not chief:

@@ -228,7 +228,7 @@ class BackupAndRestore(Callback):
         # One live owner per directory: the writer claims it, every rank hears the outcome.
         ChiefWrites([self.strategy]).run(
             f"BackupAndRestore: claiming the backup directory {self.backup_dir!r}",
-            lambda: claim(self.backup_dir), fix="")
+            lambda: claim(self.backup_dir), relay=True)
         self.manager = CheckpointManager(checkpoint, self.backup_dir, max_to_keep=1)
         restored = self.manager.restore_newest(
             prepare=lambda: self.optimizer.build(list(self.model.trainable_variables)))

@@ -53,11 +53,12 @@ class ChiefWrites:
             self._comm.barrier(timeout=self._timeout)
 
     def run(self, what: str, action: Callable[[], object],
-            fix: str = "Fix the cause there (disk space, permissions, path) and save again."
-            ) -> None:
+            fix: str = "Fix the cause there (disk space, permissions, path) and save again.",
+            relay: bool = False) -> None:
         """Run ``action`` where this worker writes; then agree with every rank on the outcome:
         a failure there is raised on every rank (elsewhere as a RuntimeError quoting it, then
-        ``fix``)."""
+        ``fix``; with ``relay``, a RuntimeError with the writer's message itself, which says
+        the fix already)."""
         error = None
         if self.should_write:
             try:
@@ -76,6 +77,9 @@ class ChiefWrites:
                       for rank, row in enumerate(reports) if row[0]]
             if error is None and failed:
                 rank, message = failed[0]
+                if relay:  # the writer's own words: "<Type>: <message>"
+                    raise RuntimeError(f"{message.split(': ', 1)[-1]} (reported by rank {rank}, "
+                                       "the worker that writes)")
                 raise RuntimeError(f"{what} failed on rank {rank}: {message}. {fix}".rstrip())
         if error is not None:
             raise error

@@ -16,20 +16,20 @@ import time
 import pytest
 
 from jobs import (
-    JOB_TIMEOUT,
+    ENDED_WITHOUT_FINISHING,
+    NAME,
     SLURM,
     TRAIN,
     assert_completed,
     assert_nothing_left_in_shm,
     assert_same_model,
+    finished,
     json_lines,
-    logs,
     mpich_segments,
     read,
+    submit,
+    wait_for,
 )
-
-NAME = "mpidist-cpu"
-ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 
 
 def train_args(step_seconds):
@@ -42,27 +42,6 @@ def backup_dirs(workdir):
 
 def has_backup(workdir):
     return any((d / "checkpoint").exists() for d in backup_dirs(workdir))
-
-
-def submit(slurm, workdir, args, script=SLURM / "cpu.sbatch", options=()):
-    jobid = slurm.sbatch(script, args, options=["--ntasks-per-node=2", *options], workdir=workdir)
-    return jobid, logs(workdir, jobid, NAME)
-
-
-def wait_for(slurm, jobid, job_logs, condition, timeout=JOB_TIMEOUT):
-    """Until ``condition()``; fails (with the logs) if the job ends first."""
-    def done(info):
-        if info.get("JobState") in ENDED:
-            raise AssertionError(f"job {jobid} ended ({info.get('JobState')}) before the test "
-                                 f"could act:\n{read(job_logs[0])}\n{read(job_logs[1])}")
-        return condition()
-    slurm.wait(jobid, timeout, logs=job_logs, done=done)
-
-
-def finished(slurm, jobid, job_logs, timeout=3 * JOB_TIMEOUT):
-    info = slurm.wait(jobid, timeout, logs=job_logs,
-                      done=lambda info: info.get("JobState") in ENDED)
-    return info, read(job_logs[0]), read(job_logs[1])
 
 
 def the_result(out, reference, resumed=True):
@@ -111,23 +90,34 @@ def test_usr1_to_the_steps_requeues_too(slurm, tmp_path, mpiexec_reference):
     assert_completed(info, out, err)
     assert info["Restarts"] == "1", info
     assert "USR1: time limit near" not in out  # the script itself got no signal
-    assert f"step ended with 75 (75: backed up); requeueing job {jobid}" in out, out
+    ended = ENDED_WITHOUT_FINISHING.findall(out)
+    assert len(ended) == 1 and ended[0][0] == "75" and ended[0][2].startswith("step "), out
+    assert f"requeueing job {jobid} (the ranks backed up and exited 75)" in out, out
     the_result(out, mpiexec_reference)
     assert_nothing_left_in_shm(before, out)
 
 
 def assert_names_its_backup(out):
+    """The TERM line names the backup directory, and the script's last line the step the
+    backup holds (once the step has ended): that step, K."""
     stop = [line for line in out.splitlines() if "TERM: Slurm is stopping the job" in line]
     assert stop, out
     assert re.search(r"backups: \S+/backups/mpidist-cpu-\d+ \(a backup is there\)", stop[-1]), out
+    ended = ENDED_WITHOUT_FINISHING.findall(out)
+    assert len(ended) == 1 and "step ended with" not in out, out
+    step = re.fullmatch(r"step (\d+)", ended[0][2])
+    assert step and ended[0][0] != "0", out
+    return int(step.group(1))
 
 
-def resubmission_resumes(slurm, workdir, args, reference):
+def resubmission_resumes(slurm, workdir, args, reference, step):
+    """The same job submitted again says at its start that it finds the backup at ``step``,
+    resumes from it, and ends with the uninterrupted weights."""
     jobid, job_logs = submit(slurm, workdir, args)
     info, out, err = finished(slurm, jobid, job_logs)
     assert_completed(info, out, err)
-    assert "(a backup is there)" in out.splitlines()[1], out  # said at the start
-    the_result(out, reference)
+    assert out.splitlines()[1].endswith(f" (step {step})"), out  # said at the start
+    assert the_result(out, reference)["resumed_from"] == step, out
     assert not backup_dirs(workdir), "the backup is removed when training ends"
 
 
@@ -141,9 +131,9 @@ def test_scancel_names_the_backup_and_the_same_job_again_resumes(slurm, tmp_path
     slurm.command(["scancel", str(jobid)])
     info, out, _ = finished(slurm, jobid, job_logs)
     assert info["JobState"] == "CANCELLED", info
-    assert_names_its_backup(out)
+    step = assert_names_its_backup(out)
     assert_nothing_left_in_shm(before, out)
-    resubmission_resumes(slurm, tmp_path, args, mpiexec_reference)
+    resubmission_resumes(slurm, tmp_path, args, mpiexec_reference, step)
     assert_nothing_left_in_shm(before)
 
 
@@ -160,9 +150,9 @@ def test_a_hard_time_limit_names_the_backup_and_the_same_job_again_resumes(
     jobid, job_logs = submit(slurm, tmp_path, args, script=script, options=["--time=1"])
     info, out, _ = finished(slurm, jobid, job_logs, timeout=200)
     assert info["JobState"] == "TIMEOUT", (info, out)
-    assert_names_its_backup(out)
+    step = assert_names_its_backup(out)
     assert_nothing_left_in_shm(before, out)
-    resubmission_resumes(slurm, tmp_path, args, mpiexec_reference)
+    resubmission_resumes(slurm, tmp_path, args, mpiexec_reference, step)
 
 
 @pytest.mark.timeout(500)

@@ -183,7 +183,8 @@ def test_requeue_on_signal_resumes_from_backup(slurm, tmp_path, mpiexec_referenc
     assert len(stopped) == 1, out
     step = int(stopped[0].split("backed up at step ")[1].split()[0])
     assert 10 <= step < 115, out
-    assert f"step ended with 75 (75: backed up); requeueing job {jobid}" in out, out
+    assert f"ended without finishing (srun status 75); backup: {backup} (step {step})" in out, out
+    assert f"requeueing job {jobid} (the ranks backed up and exited 75)" in out, out
     # The second run: resumed from that backup, finished, and removed the backup.
     assert f"job {jobid} (restart 1) on localhost" in out, out
     assert f"train.py: resumed from the backup at step {step} in {backup}" in out, out
