@@ -629,7 +629,7 @@ def test_bench_fails_loudly_on_wrong_results(nprocs, tmp_path):
 
 
 BAD_ARGUMENTS = [
-    ([], "the following arguments are required: {info,bench,run,selftest}"),
+    ([], "the following arguments are required: {info,bench,run,selftest,backup}"),
     (["bench"], "the following arguments are required: {allreduce,batch,step,ps,input,gpu}"),
     (["bench", "allreduce", "--sizes", "6"], "6 byte(s) is not a whole number of float32 elements"),
     (["bench", "allreduce", "--sizes", "4X"], "'4X' is not a size"),
@@ -719,9 +719,20 @@ def test_console_script_and_module_agree():
     assert code == 0, err
     check_info_report(json.loads(out), 1)
     code, out, _ = run_alone("--help")
-    assert code == 0 and "{info,bench,run,selftest}" in out
+    assert code == 0 and "{info,bench,run,selftest,backup}" in out
     code, out, _ = run_alone("bench", "allreduce", "--help")
     assert code == 0 and "--sizes SPEC" in out and "--plot OUT.png" in out
+
+
+def test_backup_says_what_a_backup_directory_holds(tmp_path):
+    """``mpidist backup DIR``: one line, exit 0, for the batch scripts' last log line (the
+    step itself: tests/unit/test_durable_saves.py)."""
+    code, out, _ = run_alone("backup", str(tmp_path / "none"))
+    assert code == 0 and out == f"{tmp_path / 'none'} (no backup)\n"
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "checkpoint").write_text("{not json")
+    code, out, _ = run_alone("backup", str(tmp_path / "damaged"))
+    assert code == 0 and out == f"{tmp_path / 'damaged'} (a backup of unknown step)\n"
 
 
 def test_bench_ps_quick_json_reports_every_target():
