@@ -100,8 +100,8 @@ def named_error(exc: OSError, what: str, kept: str, operation: str = "write",
     operation, path = getattr(exc, "durable_operation", (operation, path))
     reason = exc.strerror or str(exc)
     directory = os.path.dirname(os.path.abspath(path))
-    named = type(exc)(exc.errno, f"{what}: {reason} ({operation} of {path!r}). {kept} "
-                                 f"{_fix(exc.errno, directory)}")
+    message = f"{what}: {reason} ({operation} of {path!r}). {kept} {_fix(exc.errno, directory)}"
+    named = type(exc)(message) if exc.errno is None else type(exc)(exc.errno, message)
     named.durable_named = True  # type: ignore[attr-defined]
     return named
 
