@@ -215,11 +215,11 @@ def test_a_requeue_of_the_same_job_waits_for_its_predecessor(tmp_path, owner, mo
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     import threading
 
-    threading.Timer(1.0, stop.set).start()  # the predecessor ends a second later
+    threading.Timer(0.4, stop.set).start()  # the predecessor ends a moment later
     began = time.monotonic()
     backup_owner.claim(backup_dir)
     try:
-        assert 0.5 < time.monotonic() - began < backup_owner.REQUEUE_WAIT_SECONDS
+        assert 0.3 < time.monotonic() - began < backup_owner.REQUEUE_WAIT_SECONDS
     finally:
         backup_owner.release(backup_dir)
 
