@@ -70,7 +70,9 @@ def _described(cb: Any) -> str:
 
 class Callback:
     """Base class: override the hooks you need. ``self.model``, ``self.optimizer``,
-    ``self.strategy`` and ``self.params`` (epochs, steps) are set before training starts."""
+    ``self.strategy`` and ``self.params`` (epochs, steps) are set before training starts.
+    As in Keras, ``on_batch_begin`` / ``on_batch_end`` (Keras 2's names) are called by the
+    default ``on_train_batch_begin`` / ``on_train_batch_end``."""
 
     # Set by fit (set_context) before training starts.
     model: Any = None
@@ -95,10 +97,16 @@ class Callback:
         pass
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        pass
+        self.on_batch_begin(batch, logs)  # Keras 2's name, still honoured by Keras 3
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        pass
+        self.on_batch_end(batch, logs)
+
+    def on_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """Keras 2's name for ``on_train_batch_begin``: override either (not both)."""
+
+    def on_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        """Keras 2's name for ``on_train_batch_end``: override either (not both)."""
 
 
 class History(Callback):

@@ -54,3 +54,28 @@ def test_metrics_not_in_a_list_is_keras_typeerror_with_the_fix(metrics, fix):
     with pytest.raises(TypeError, match=fix):
         mpidist.fit(model, ds, optimizer=opt, metrics=metrics, verbose=0)
     np.testing.assert_array_equal(model.w.numpy(), before)
+
+
+def test_keras_2_batch_hooks_are_called_as_keras_3_calls_them():
+    """A callback written for Keras 2 overrides ``on_batch_begin`` / ``on_batch_end``: Keras 3
+    still calls them (its ``on_train_batch_*`` defaults forward), and so does fit. One that
+    overrides ``on_train_batch_end`` itself is not called twice."""
+    class Keras2(mpidist.callbacks.Callback):
+        def __init__(self):
+            self.seen = []
+
+        def on_batch_begin(self, batch, logs=None):
+            self.seen.append(("begin", batch))
+
+        def on_batch_end(self, batch, logs=None):
+            self.seen.append(("end", batch, sorted(logs)))
+
+    class Keras3(Keras2):
+        def on_train_batch_end(self, batch, logs=None):
+            self.seen.append(("train_end", batch))
+
+    model, opt, ds, _, _ = _setup()
+    old, new = Keras2(), Keras3()
+    mpidist.fit(model, ds, epochs=1, optimizer=opt, callbacks=[old, new], verbose=0)
+    assert old.seen == [("begin", 0), ("end", 0, ["loss"]), ("begin", 1), ("end", 1, ["loss"])]
+    assert new.seen == [("begin", 0), ("train_end", 0), ("begin", 1), ("train_end", 1)]
