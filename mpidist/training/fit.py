@@ -23,6 +23,7 @@ count or size of the last batch. Same seed, same global batch: same weights.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -311,6 +312,8 @@ class _FitLoop:
                 progress.step(step_logs)
                 for cb in callbacks:
                     cb.on_train_batch_end(step, step_logs)
+                if _stop_requested(self.model):  # Keras: the epoch ends here
+                    break
             if seen == 0:
                 if epoch == start_epoch:
                     _refuse_empty("fit")
@@ -326,7 +329,26 @@ class _FitLoop:
             progress.epoch_end(epoch, logs)
             for cb in callbacks:
                 cb.on_epoch_end(epoch, logs)
+            if _agreed_stop(self.strategy, _stop_requested(self.model)):
+                break
         return logs
+
+
+def _stop_requested(model: Any) -> bool:
+    """Keras's ``model.stop_training``, which a callback sets (EarlyStopping, a user's own)."""
+    return bool(getattr(model, "stop_training", False))
+
+
+def _agreed_stop(strategy: Strategy, wanted: bool) -> bool:
+    """Whether any rank's callbacks asked to stop: one tiny all-gather per epoch, so that every
+    rank leaves after the same epoch even where a callback decided on one rank only."""
+    comm = strategy.extended.communicator
+    if comm is None or comm.size <= 1:
+        return wanted
+    options = strategy.extended.communication_options
+    flags = comm.all_gather(np.array([[1 if wanted else 0]], np.uint8),
+                            timeout=None if options is None else options.timeout_seconds)
+    return bool(np.asarray(flags).any())
 
 
 @labelled("fit")
@@ -387,6 +409,8 @@ def fit(model: Any, dataset: Any, epochs: int = 1, *, optimizer: Any,
         if isinstance(cb, BackupAndRestore):
             cb.attach(loop)
     progress = _Progress(verbose, strategy.extended.should_save_summary, epochs, steps)
+    with contextlib.suppress(AttributeError):  # Keras clears it at fit's start too
+        model.stop_training = False
     with strategy.scope():
         for cb in callbacks:
             cb.on_train_begin()

@@ -79,3 +79,34 @@ def test_keras_2_batch_hooks_are_called_as_keras_3_calls_them():
     mpidist.fit(model, ds, epochs=1, optimizer=opt, callbacks=[old, new], verbose=0)
     assert old.seen == [("begin", 0), ("end", 0, ["loss"]), ("begin", 1), ("end", 1, ["loss"])]
     assert new.seen == [("begin", 0), ("train_end", 0), ("begin", 1), ("train_end", 1)]
+
+
+class StopAt(mpidist.callbacks.Callback):
+    """Sets Keras's ``model.stop_training`` at the end of an epoch or of a step."""
+
+    def __init__(self, epoch=None, batch=None):
+        self.epoch, self.batch = epoch, batch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.epoch:
+            self.model.stop_training = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == self.batch:
+            self.model.stop_training = True
+
+
+def test_stop_training_ends_fit_as_keras_does():
+    """Set at an epoch's end (EarlyStopping's way): no further epoch. Set after a step: the
+    epoch ends there, its on_epoch_end still runs, and fit returns. fit clears the flag when it
+    starts, as Keras does, so the next fit trains."""
+    model, opt, ds, _, _ = _setup()
+    history = mpidist.fit(model, ds, epochs=5, optimizer=opt, callbacks=[StopAt(epoch=1)],
+                          verbose=0)
+    assert history.epoch == [0, 1] and int(opt.iterations.numpy()) == 2 * 2
+    assert model.stop_training is True
+    history = mpidist.fit(model, ds, epochs=5, optimizer=opt, callbacks=[StopAt(batch=0)],
+                          verbose=0)
+    assert history.epoch == [0] and int(opt.iterations.numpy()) == 4 + 1
+    history = mpidist.fit(model, ds, epochs=2, optimizer=opt, verbose=0)
+    assert history.epoch == [0, 1] and int(opt.iterations.numpy()) == 5 + 4
