@@ -410,18 +410,20 @@ def _shard_id(value: Any, index: int) -> int:
 
 
 def _check_path(path: str) -> bool:
-    """Whether ``path`` already holds something to replace (a saved dataset or an empty
-    directory); InvalidArgumentError if it holds anything else."""
+    """Whether ``path`` holds a published dataset (which a save replaces); False where there
+    is nothing, an empty directory, or what a save killed before publishing left.
+    InvalidArgumentError if it holds anything else."""
     if not os.path.lexists(path):
         return False
     if not os.path.isdir(path) or os.path.islink(path):
         raise InvalidArgumentError(
             f"Dataset.save: path={path!r} exists and is not a directory. Remove it or save to "
             "another path.")
-    if is_saved_dataset(path) or all(
-            _shard_token(n) is not None or n.startswith(f".{METADATA_FILE}.tmp-")
-            for n in os.listdir(path)):  # empty, or what a save killed before publishing left
+    if is_saved_dataset(path):
         return True
+    if all(_shard_token(n) is not None or n.startswith(f".{METADATA_FILE}.tmp-")
+           for n in os.listdir(path)):  # empty, or what a save killed before publishing left
+        return False
     raise InvalidArgumentError(
         f"Dataset.save: path={path!r} is a non-empty directory that is not a saved dataset "
         f"(it has no valid {METADATA_FILE}); Dataset.save replaces only a dataset it saved "
@@ -519,10 +521,10 @@ def write_dataset(elements: Iterable[Any], element_spec: Any, path: str | os.Pat
         raise InvalidArgumentError(
             f"Dataset.save: the element spec {element_spec!r:.80} has no tensors; there is "
             "nothing to save.")
-    _check_path(path)  # before reading any element: a bad path changes nothing
+    published = _check_path(path)  # before reading any element: a bad path changes nothing
     what = f"Dataset.save to {path!r}"
     kept = (f"Nothing was published: {path!r} holds the last save, unchanged."
-            if is_saved_dataset(path) else f"Nothing was published at {path!r}.")
+            if published else f"Nothing was published at {path!r}.")
     token = writer_token()  # this save's files: shard-NNNNN.<token>.mpds
     writers: dict[int, _ShardWriter] = {}
     open_files: collections.OrderedDict[int, Any] = collections.OrderedDict()

@@ -26,7 +26,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -671,13 +671,15 @@ class CheckpointManager:
                 "to start afresh.")
         return None
 
-    def _candidates(self) -> list[str]:
+    def _candidates(self) -> Iterator[str]:
+        """Newest first; the directory is listed only once every listed checkpoint failed."""
         listed = ([] if self._latest is None else [self._latest]) + [
             p for p in reversed(self._kept) if p != self._latest]
+        yield from listed
         known = {os.path.abspath(p) for p in listed}
-        unlisted = [p for _, p in _numbered_files(self._directory, self._name)
-                    if os.path.abspath(p) not in known]
-        return listed + unlisted[::-1]
+        for _, path in reversed(_numbered_files(self._directory, self._name)):
+            if os.path.abspath(path) not in known:
+                yield path
 
 
 def _first_sentence(exc: BaseException) -> str:
