@@ -10,7 +10,6 @@ case is launched on its own by tests/test_construction_agreement.py.
 
 import os
 import re
-import shutil
 import tempfile
 
 import numpy as np
@@ -33,16 +32,6 @@ def mwms(**options):
     resolver = MPIClusterResolver(local_devices=["/cpu:0"])
     return mpidist.MultiWorkerMirroredStrategy(
         resolver, communication_options=CommunicationOptions(**options))
-
-
-@pytest.fixture
-def shared_dir():
-    path = tempfile.mkdtemp(prefix="mpidist-agree-") if rank == 0 else None
-    path = comm.bcast(path, root=0)
-    yield path
-    comm.Barrier()
-    if rank == 0:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def names_every_rank(message, fact):

@@ -5,8 +5,6 @@ gives exactly the weights of N + M uninterrupted steps, with every copy on every
 Size-agnostic: run under mpiexec -n 1, 2 and 4 by tests/test_mpi_launch.py.
 """
 
-import shutil
-import tempfile
 
 import numpy as np
 import pytest
@@ -37,16 +35,6 @@ class Model:
 
     def _checkpoint_dependencies(self):
         return dict(self.vars)
-
-
-@pytest.fixture
-def shared_dir():
-    path = tempfile.mkdtemp(prefix="mpidist-deferred-") if rank == 0 else None
-    path = comm.bcast(path, root=0)
-    yield path
-    comm.Barrier()
-    if rank == 0:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def mwms(local):

@@ -7,8 +7,6 @@ one temporary directory (rank 0 creates it and broadcasts its path).
 """
 
 import os
-import shutil
-import tempfile
 
 import numpy as np
 import pytest
@@ -39,16 +37,6 @@ def rid():
 
 def comps(v):
     return [c.numpy().item() for c in v.values]
-
-
-@pytest.fixture
-def shared_dir():
-    path = tempfile.mkdtemp(prefix="mpidist-ckpt-") if rank == 0 else None
-    path = comm.bcast(path, root=0)
-    yield path
-    comm.Barrier()
-    if rank == 0:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

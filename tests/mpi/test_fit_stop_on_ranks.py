@@ -10,22 +10,10 @@ from mpi4py import MPI
 import mpidist
 from mpidist.cluster_resolver import MPIClusterResolver
 from mpidist.data import Dataset
+from linear_model import LinearModel
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
-
-
-class Linear:
-    def __init__(self):
-        self.w = mpidist.Variable(np.zeros(2), name="w")
-
-    @property
-    def trainable_variables(self):
-        return [self.w]
-
-    def loss_and_gradients(self, x, y):
-        err = x @ self.w.read_value() - y
-        return err**2, [2 * x.T @ err]
 
 
 class StopOnLastRank(mpidist.callbacks.Callback):
@@ -38,7 +26,7 @@ class StopOnLastRank(mpidist.callbacks.Callback):
 def test_a_stop_asked_on_one_rank_stops_every_rank_after_the_same_epoch():
     strategy = mpidist.MultiWorkerMirroredStrategy(MPIClusterResolver())
     with strategy.scope():
-        model = Linear()
+        model = LinearModel()
         optimizer = mpidist.optimizers.SGD(0.05)
     x = np.random.default_rng(0).standard_normal((16, 2))
     ds = Dataset.from_tensor_slices((x, x @ np.array([1.0, -1.0]))).batch(8)

@@ -7,10 +7,8 @@
 """
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -20,20 +18,11 @@ from mpi4py import MPI
 import mpidist
 from mpidist.cluster_resolver import MPIClusterResolver
 from mpidist.data import Dataset
+from linear_model import LinearModel
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
 size = comm.Get_size()
-
-
-@pytest.fixture
-def shared_dir():
-    path = tempfile.mkdtemp(prefix="mpidist-saves-") if rank == 0 else None
-    path = comm.bcast(path, root=0)
-    yield path
-    comm.Barrier()
-    if rank == 0:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.mpi
@@ -46,26 +35,13 @@ def test_every_rank_saving_one_path_publishes_a_whole_dataset(shared_dir):
     assert sorted(int(v) for v in Dataset.load(path).as_numpy_iterator()) == list(range(200))
 
 
-class Linear:
-    def __init__(self):
-        self.w = mpidist.Variable(np.zeros(3), name="w")
-
-    @property
-    def trainable_variables(self):
-        return [self.w]
-
-    def loss_and_gradients(self, x, y):
-        err = x @ self.w.read_value() - y
-        return err**2, [2 * x.T @ err]
-
-
 def fit_with_backup(backup_dir):
     strategy = mpidist.MultiWorkerMirroredStrategy(MPIClusterResolver())
     with strategy.scope():
-        model = Linear()
+        model = LinearModel()
         optimizer = mpidist.optimizers.SGD(0.05)
-    x = np.random.default_rng(0).standard_normal((32, 3))
-    ds = Dataset.from_tensor_slices((x, x @ np.array([1.0, -2.0, 0.5]))).batch(8)
+    x = np.random.default_rng(0).standard_normal((32, 2))
+    ds = Dataset.from_tensor_slices((x, x @ np.array([1.0, -2.0]))).batch(8)
     mpidist.fit(model, ds, epochs=2, optimizer=optimizer, strategy=strategy, verbose=0,
                 callbacks=[mpidist.callbacks.BackupAndRestore(backup_dir, save_freq=2)])
     return np.asarray(model.w.numpy())

@@ -91,9 +91,8 @@ def test_model_checkpoint_killed_at_every_operation_leaves_a_restorable_latest(t
         assert killed_at(k, run)
         latest = mpidist.train.latest_checkpoint(directory)
         if latest is not None:
-            w = mpidist.Variable(np.zeros(3))
-            b = mpidist.Variable(0.0)
-            mpidist.train.Checkpoint(model={"trainable": {"0": w, "1": b}}).restore(latest)
+            w = mpidist.Variable(np.zeros((2, 1)))  # LinearModel's one weight
+            mpidist.train.Checkpoint(model={"trainable": {"0": w}}).restore(latest)
 
 
 def test_dataset_save_killed_at_every_operation_keeps_a_whole_dataset(tmp_path):

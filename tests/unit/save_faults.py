@@ -12,33 +12,17 @@ import numpy as np
 import mpidist
 from mpidist.core import durable
 from mpidist.data import Dataset
+from linear_model import LinearModel
 
 RNG = np.random.default_rng(0)
-X = RNG.standard_normal((40, 3))
-Y = X @ np.array([1.5, -2.0, 0.5]) + 0.3
-
-
-class Linear:
-    def __init__(self):
-        self.w = mpidist.Variable(np.zeros(3), name="w")
-        self.b = mpidist.Variable(0.0, name="b")
-
-    @property
-    def trainable_variables(self):
-        return [self.w, self.b]
-
-    def predict(self, x):
-        return x @ self.w.read_value() + self.b.read_value()
-
-    def loss_and_gradients(self, x, y):
-        err = self.predict(x) - y
-        return err**2, [2 * x.T @ err, np.asarray(2 * err.sum())]
+X = RNG.standard_normal((40, 2))
+Y = X @ np.array([1.5, -2.0]) + 0.3
 
 
 def train(callbacks=(), epochs=3):
     strategy = mpidist.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
-        model = Linear()
+        model = LinearModel()
         optimizer = mpidist.optimizers.SGD(0.05, momentum=0.5)
     ds = Dataset.from_tensor_slices((X, Y)).shuffle(40, seed=2).batch(8)
     mpidist.fit(model, ds, epochs=epochs, optimizer=optimizer, strategy=strategy,

@@ -30,12 +30,11 @@ def test_manager_save_failing_at_every_write_fsync_close_keeps_the_last_save(tmp
     x = plain(1.0)
     manager = CheckpointManager(Checkpoint(x=x), directory, max_to_keep=1)
     manager.save()
-    ops = operations(lambda: None)
     x.assign(2.0)
     probe = CheckpointManager(Checkpoint(x=plain(2.0)), str(tmp_path / "probe"), max_to_keep=1)
     probe.save()
     n = count_faultable(operations(probe.save))
-    assert n >= 6 and not ops
+    assert n >= 6
     for k in range(n):
         with durable.inject(failing(k, code)), pytest.raises(OSError) as info:
             manager.save()
