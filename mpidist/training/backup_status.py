@@ -11,9 +11,8 @@ import os
 
 from mpidist.training.checkpoint_format import read_checkpoint_file, read_state
 
-__all__ = ["describe_backup", "PROGRESS_KEY", "ITERATIONS_KEY"]
+__all__ = ["describe_backup", "ITERATIONS_KEY"]
 
-PROGRESS_KEY = "progress"  # BackupAndRestore's [epoch, step in epoch, loss sum, count]
 ITERATIONS_KEY = "optimizer/iterations"  # the optimizer's step count: the global step
 
 
@@ -32,10 +31,6 @@ def describe_backup(directory: str | os.PathLike[str]) -> str:
         _, arrays = read_checkpoint_file(state.latest)
     except (OSError, ValueError):
         return f"{directory} (a backup of unknown step)"
-    if ITERATIONS_KEY in arrays:
-        step = int(arrays[ITERATIONS_KEY])
-    elif PROGRESS_KEY in arrays:
-        step = int(arrays[PROGRESS_KEY][1])
-    else:
+    if ITERATIONS_KEY not in arrays:  # not a BackupAndRestore checkpoint
         return f"{directory} (a backup of unknown step)"
-    return f"{directory} (step {step})"
+    return f"{directory} (step {int(arrays[ITERATIONS_KEY])})"
