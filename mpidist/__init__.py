@@ -46,6 +46,10 @@ from mpidist.experimental import coordinator
 from mpidist.training.losses import get_loss_reduction
 from mpidist.values.indexed_slices import IndexedSlices
 from mpidist.values.variables import Variable
+from mpidist.core import state as _state
+from mpidist.keras import install_if_keras_imported as _install_keras
+
+_state.add_scope_entry_hook(_install_keras)
 
 __version__ = "0.1.0"
 

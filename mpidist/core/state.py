@@ -43,12 +43,27 @@ class _ThreadState(threading.local):
 _local = _ThreadState()
 _global_mode: Mode | None = None
 _default_mode_factory: Callable[[], Mode] | None = None
+# Called with the strategy each time a strategy's scope is entered: how a higher layer (the
+# Keras integration) hooks in without this layer or the strategies importing it.
+_scope_entry_hooks: list[Callable[[Any], None]] = []
 
 
 def register_default_mode(factory: Callable[[], Mode]) -> None:
     """Install the callable giving the default Mode (done once by the strategies layer)."""
     global _default_mode_factory
     _default_mode_factory = factory
+
+
+def add_scope_entry_hook(hook: Callable[[Any], None]) -> None:
+    """Call ``hook(strategy)`` whenever a strategy's scope is entered (once per hook)."""
+    if hook not in _scope_entry_hooks:
+        _scope_entry_hooks.append(hook)
+
+
+def scope_entered(strategy: Any) -> None:
+    """Run the scope-entry hooks (the strategies layer calls this)."""
+    for hook in _scope_entry_hooks:
+        hook(strategy)
 
 
 def default_mode() -> Mode:

@@ -85,6 +85,7 @@ class _StrategyScope:
 
     def __enter__(self) -> "Strategy":
         self._entered.append(_enter_scope(self._strategy))
+        state.scope_entered(self._strategy)
         return self._strategy
 
     def __exit__(self, *exc: object) -> Literal[False]:
@@ -96,6 +97,7 @@ class _StrategyScope:
     def _enter_global(self) -> None:
         self._mode = state.Mode(self._strategy, cross_replica=self._strategy.extended)
         state.set_global_mode(self._mode)
+        state.scope_entered(self._strategy)
 
     def _exit_global(self) -> None:
         state.set_global_mode(None)

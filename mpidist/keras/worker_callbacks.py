@@ -1,0 +1,116 @@
+"""Keras callbacks under a multi-worker strategy, as in TF multi-worker training.
+
+* Callbacks that write files (ModelCheckpoint, BackupAndRestore, CSVLogger, TensorBoard) write
+  on the chief; on every other rank ``fit`` runs a copy of each that writes into a temporary
+  directory of that rank, removed when ``fit`` ends. The user's callback objects are not changed.
+* ``AgreeAfterRestore`` runs after the user's callbacks at the start of training: it broadcasts
+  the chief's weights, optimizer state and initial epoch to every rank. Every rank then starts
+  from the same state, whether it is the initial one or what BackupAndRestore restored on the
+  chief (so a backup directory only the chief can see still resumes every rank).
+* Callbacks that decide (EarlyStopping, ReduceLROnPlateau) need nothing: the logs they read are
+  global and identical on every rank, so every rank decides the same.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import numpy as np
+
+from mpidist.keras.keras_api import initial_epoch, set_initial_epoch
+
+__all__ = ["AgreeAfterRestore", "broadcast_model_state", "callbacks_for_rank"]
+
+# The file-writing Keras callbacks and the argument that names where they write.
+_WRITERS = {
+    keras.callbacks.ModelCheckpoint: "filepath",
+    keras.callbacks.BackupAndRestore: "backup_dir",
+    keras.callbacks.CSVLogger: "filename",
+    keras.callbacks.TensorBoard: "log_dir",
+}
+
+
+def _redirected(callback: Any, argument: str, directory: str) -> Any:
+    """A copy of ``callback`` that writes under ``directory``, rebuilt from its constructor's
+    declared arguments (so the paths it derives in ``__init__`` follow), else copied."""
+    os.makedirs(directory, exist_ok=True)
+    target = os.path.join(directory, os.path.basename(str(getattr(callback, argument))) or "out")
+    clone = copy.copy(callback)
+    parameters = inspect.signature(type(callback).__init__).parameters
+    arguments = {name: getattr(callback, name) for name in parameters
+                 if name not in ("self", argument) and hasattr(callback, name)
+                 and parameters[name].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD}
+    try:
+        type(callback).__init__(clone, **{argument: target}, **arguments)
+    except (TypeError, ValueError):
+        clone = copy.copy(callback)
+        setattr(clone, argument, target)
+    return clone
+
+
+def callbacks_for_rank(callbacks: Sequence[Any] | None, is_chief: bool
+                       ) -> tuple[list[Any], str | None]:
+    """The callbacks this rank runs, and the temporary directory to remove after ``fit``
+    (None on the chief, or where nothing writes)."""
+    callbacks = list(callbacks or [])
+    if is_chief:
+        return callbacks, None
+    directory = None
+    out = []
+    for callback in callbacks:
+        argument = next((a for cls, a in _WRITERS.items() if isinstance(callback, cls)), None)
+        if argument is None:
+            out.append(callback)
+            continue
+        if directory is None:
+            directory = tempfile.mkdtemp(prefix="mpidist-worker-callbacks-")
+        out.append(_redirected(callback, argument, os.path.join(directory, str(len(out)))))
+    return out, directory
+
+
+def remove_directory(directory: str | None) -> None:
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def broadcast_model_state(model: Any, communicator: Any) -> None:
+    """Give every rank the chief's weights and optimizer variables: one broadcast per dtype."""
+    variables = list(model.weights)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and getattr(optimizer, "built", False):
+        variables += list(optimizer.variables)
+    by_dtype: dict[str, list[Any]] = {}
+    for variable in variables:
+        by_dtype.setdefault(np.dtype(variable.dtype).str, []).append(variable)
+    for dtype, group in sorted(by_dtype.items()):
+        values = [np.asarray(v.value) for v in group]
+        flat = np.concatenate([a.reshape(-1) for a in values]).astype(dtype, copy=False)
+        flat = np.ascontiguousarray(flat)
+        communicator.broadcast(flat, root=0)
+        at = 0
+        for variable, value in zip(group, values):
+            variable.assign(flat[at:at + value.size].reshape(value.shape))
+            at += value.size
+
+
+class AgreeAfterRestore(keras.callbacks.Callback):
+    """At the start of training, after the user's callbacks (BackupAndRestore among them):
+    every rank takes the chief's state and initial epoch."""
+
+    def __init__(self, communicator: Any) -> None:
+        super().__init__()
+        self._communicator = communicator
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        broadcast_model_state(self.model, self._communicator)
+        epoch = initial_epoch(self.model)
+        agreed = np.array([-1 if epoch is None else epoch], dtype=np.int64)
+        self._communicator.broadcast(agreed, root=0)
+        set_initial_epoch(self.model, None if agreed[0] < 0 else int(agreed[0]))
