@@ -16,7 +16,7 @@ __all__ = ["install", "install_if_keras_imported"]
 
 def install() -> None:
     """Install mpidist's distribution of Keras models (imports Keras)."""
-    from mpidist.keras.integration import install as _install
+    from mpidist.keras.integration import install as _install  # noqa: PLC0415 - imports Keras
     _install()
 
 

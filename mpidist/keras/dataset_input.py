@@ -21,7 +21,7 @@ from mpidist.data.distributed import DistributedDataset
 __all__ = ["WorkerBatches", "as_keras_input"]
 
 
-class WorkerBatches(PyDataset):
+class WorkerBatches(PyDataset):  # type: ignore[misc]
     """This worker's batches of a distributed dataset, one Keras batch per step."""
 
     def __init__(self, distributed: DistributedDataset | Dataset, strategy: Any) -> None:

@@ -18,6 +18,7 @@ Keras's own step: nothing changes for it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import random
@@ -35,6 +36,7 @@ from mpidist.keras.replica_steps import GLOBAL_BATCHES, LOCAL_BATCHES, ReplicaSt
 from mpidist.keras.worker_callbacks import (AgreeAfterRestore, broadcast_model_state,
                                             callbacks_for_rank, remove_directory)
 from mpidist.ps.strategy import ParameterServerStrategy
+from mpidist.strategies.context import get_strategy
 
 __all__ = ["install"]
 
@@ -145,17 +147,22 @@ def _call(original: Callable[..., Any], arguments: dict[str, Any]) -> Any:
     return original(model, **arguments)
 
 
+def _scope_of(strategy: Any) -> Any:
+    """The strategy's scope (TF runs fit in the model's), or nothing for a model of none."""
+    return contextlib.nullcontext() if strategy is None else strategy.scope()
+
+
 def _fit(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         a = _bind(original, self, args, kwargs)
         strategy = strategy_for_call(self, "fit")
-        if strategy is None:
-            return _call(original, a)
-        with strategy.scope():
-            a["x"], local_rows = as_keras_input(a["x"], strategy)
+        with _scope_of(strategy):
+            a["x"], local_rows = as_keras_input(a["x"], strategy or get_strategy())
             if local_rows:
                 a["shuffle"] = False  # a Dataset is shuffled by its own transformations
+            if strategy is None:  # Keras's own fit; an mpidist Dataset still reads as input
+                return _call(original, a)
             if a.get("validation_data") is not None:
                 a["validation_data"], _ = as_keras_input(a["validation_data"], strategy)
             run = _run_of(self)
@@ -184,10 +191,8 @@ def _inference(original: Callable[..., Any], kind: str, method: str) -> Callable
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         a = _bind(original, self, args, kwargs)
         strategy = strategy_for_call(self, method)
-        if strategy is None:
-            return _call(original, a)
-        with strategy.scope():
-            a["x"], local_rows = as_keras_input(a["x"], strategy)
+        with _scope_of(strategy):
+            a["x"], local_rows = as_keras_input(a["x"], strategy or get_strategy())
             run = _run_of(self)
             if run is not None:
                 run.start(kind, local_rows)
@@ -213,10 +218,10 @@ def _make(original: Callable[..., Any], attribute: str, step: str) -> Callable[.
 
 def _tagging(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         tag_variable(self)
-    return __init__
+    return init
 
 
 def install() -> None:

@@ -9,13 +9,16 @@ Tested with Keras 3.10 to 3.15 (pyproject pins the range).
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 from keras.src.backend import StatelessScope
 from keras.src.backend.common.variables import Variable as KerasVariable
 from keras.src.trainers.data_adapters.data_adapter_utils import unpack_x_y_sample_weight
 from keras.src.trainers.trainer import Trainer
 
-__all__ = ["KerasVariable", "StatelessScope", "Trainer", "backend_name", "initial_epoch",
+__all__ = ["KerasVariable", "StatelessScope", "Trainer", "backend_name", "call_takes_training",
+           "initial_epoch",
            "jax_trainer_class", "set_initial_epoch", "unpack_x_y_sample_weight",
            "update_metrics_variables"]
 
@@ -26,22 +29,29 @@ def backend_name() -> str:
     return str(keras.backend.backend())
 
 
-def jax_trainer_class() -> type:
+def jax_trainer_class() -> Any:
     """Keras's JAX trainer: the base of every Keras model on the JAX backend."""
-    from keras.src.backend.jax.trainer import JAXTrainer
+    from keras.src.backend.jax.trainer import JAXTrainer  # noqa: PLC0415 - imports JAX
     return JAXTrainer
 
 
-def update_metrics_variables(model, metrics_variables, loss, x, y, y_pred, sample_weight):
+def update_metrics_variables(model: Any, metrics_variables: Any, loss: Any, x: Any, y: Any,
+                             y_pred: Any, sample_weight: Any) -> Any:
     """Keras's own stateless update of the loss tracker and the compiled metrics, as its
     ``train_step`` does it: ``(logs, new metrics variables)``."""
     return model._update_metrics_variables(metrics_variables, loss, x, y, y_pred, sample_weight)
 
 
-def initial_epoch(model) -> int | None:
+def call_takes_training(model: Any) -> bool:
+    """Whether the model's ``call`` has a ``training`` argument."""
+    return bool(model._call_has_training_arg)
+
+
+def initial_epoch(model: Any) -> int | None:
     """The epoch ``fit`` starts from when a callback (BackupAndRestore) has set it."""
-    return model._initial_epoch
+    epoch: int | None = model._initial_epoch
+    return epoch
 
 
-def set_initial_epoch(model, epoch: int | None) -> None:
+def set_initial_epoch(model: Any, epoch: int | None) -> None:
     model._initial_epoch = epoch

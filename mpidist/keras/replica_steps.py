@@ -34,7 +34,8 @@ import numpy as np
 from keras import tree
 
 from mpidist.errors import InvalidArgumentError
-from mpidist.keras.keras_api import (StatelessScope, unpack_x_y_sample_weight,
+from mpidist.keras.keras_api import (StatelessScope, call_takes_training,
+                                     unpack_x_y_sample_weight,
                                      update_metrics_variables)
 
 __all__ = ["GLOBAL_BATCHES", "LOCAL_BATCHES", "ReplicaSteps"]
@@ -122,7 +123,7 @@ class ReplicaSteps:
             if leaf is not None:
                 array = np.ascontiguousarray(np.asarray(leaf))
                 digest = zlib.crc32(repr((array.shape, array.dtype.str)).encode(), digest)
-                digest = zlib.crc32(array.view(np.uint8).reshape(-1), digest)
+                digest = zlib.crc32(array.tobytes(), digest)
         digests = self._comm.all_gather_object(digest)
         differing = [rank for rank, d in enumerate(digests) if d != digests[0]]
         if differing:
@@ -164,8 +165,8 @@ class ReplicaSteps:
         size = grad_size + nt_size + _size(metrics) + 1  # the last element: the rows
         num_replicas = self._num_replicas
 
-        def replica_part(trainable, non_trainable, optimizer_variables, metrics_variables,
-                         data):
+        def replica_part(trainable: Any, non_trainable: Any, optimizer_variables: Any,
+                         metrics_variables: Any, data: Any) -> Any:
             x, y, sample_weight = unpack_x_y_sample_weight(data)
             grad_fn = jax.value_and_grad(model.compute_loss_and_updates, has_aux=True)
             (_, aux), grads = grad_fn(trainable, non_trainable, metrics_variables, x, y,
@@ -182,7 +183,8 @@ class ReplicaSteps:
                 + [rows[None]])
             return pack, new_nt
 
-        def apply(trainable, non_trainable, optimizer_variables, metrics_variables, summed):
+        def apply(trainable: Any, non_trainable: Any, optimizer_variables: Any,
+                  metrics_variables: Any, summed: Any) -> Any:
             grads, _ = _unflat(summed[:grad_size] / summed[-1], 0, trainable)
             nt_change, _ = _unflat(summed[grad_size:grad_size + nt_size] / num_replicas, 0,
                                    [non_trainable[i] for i in float_nt])
@@ -207,7 +209,8 @@ class ReplicaSteps:
         if "train" not in self._jitted:
             self._jitted["train"] = self._train_parts(trainable, non_trainable, metrics)
         replica_part, apply, float_nt, size, dtype = self._jitted["train"]
-        packs, kept_nt = [], None
+        packs: list[Any] = []
+        kept_nt = None
         for share, rows in self._shares("train", data):
             if rows == 0:
                 packs.append(None)
@@ -231,7 +234,8 @@ class ReplicaSteps:
         dtype = jnp.result_type(jnp.float32, *[v.dtype for v in metrics])
         size = _size(metrics)
 
-        def replica_part(trainable, non_trainable, metrics_variables, data):
+        def replica_part(trainable: Any, non_trainable: Any, metrics_variables: Any,
+                         data: Any) -> Any:
             x, y, sample_weight = unpack_x_y_sample_weight(data)
             _, aux = model.compute_loss_and_updates(trainable, non_trainable,
                                                     metrics_variables, x, y, sample_weight,
@@ -242,7 +246,7 @@ class ReplicaSteps:
             return jnp.concatenate(
                 _flat([n - o for n, o in zip(new_metrics, metrics_variables)], dtype))
 
-        def apply(metrics_variables, summed):
+        def apply(metrics_variables: Any, summed: Any) -> Any:
             change, _ = _unflat(summed, 0, metrics_variables)
             metrics_variables = [m + c for m, c in zip(metrics_variables, change)]
             return _metric_logs(model, metrics_variables), metrics_variables
@@ -276,8 +280,8 @@ class ReplicaSteps:
         if "predict" not in self._jitted:
             model = self._model
 
-            def replica_part(trainable, non_trainable, x):
-                kwargs = {"training": False} if model._call_has_training_arg else {}
+            def replica_part(trainable: Any, non_trainable: Any, x: Any) -> Any:
+                kwargs = {"training": False} if call_takes_training(model) else {}
                 outputs, _ = model.stateless_call(trainable, non_trainable, x, **kwargs)
                 return outputs
 

@@ -100,7 +100,7 @@ def broadcast_model_state(model: Any, communicator: Any) -> None:
             at += value.size
 
 
-class AgreeAfterRestore(keras.callbacks.Callback):
+class AgreeAfterRestore(keras.callbacks.Callback):  # type: ignore[misc]
     """At the start of training, after the user's callbacks (BackupAndRestore among them):
     every rank takes the chief's state and initial epoch."""
 

@@ -25,6 +25,7 @@ LAYERS = [
     ("strategies", ["mpidist.strategies"]),
     ("ps", ["mpidist.ps"]),
     ("training", ["mpidist.training"]),
+    ("keras", ["mpidist.keras"]),
     ("api", ["mpidist.__init__", "mpidist.__main__", "mpidist.cli", "mpidist.experimental",
              "mpidist.nn", "mpidist.autodiff", "mpidist.optimizers", "mpidist.metrics", "mpidist.train",
              "mpidist.callbacks", "mpidist.launch", "mpidist.guard"]),
@@ -188,12 +189,20 @@ def private_accesses(source, filename="<source>"):
     return sorted(found)
 
 
+# Keras has no public name for these parts of its JAX trainer; the one file that names Keras's
+# internals (so that a Keras upgrade that moves one fails there) may use them, and only them.
+THIRD_PARTY_INTERNALS = {"mpidist/keras/keras_api.py": {"_update_metrics_variables",
+                                                         "_call_has_training_arg"}}
+
+
 def test_modules_use_only_public_names_of_other_modules():
     bad = []
     for _, path in MODULES:
         rel = path.relative_to(ROOT).as_posix()
+        allowed = THIRD_PARTY_INTERNALS.get(rel, set())
         bad.extend(f"{rel}:{line} {name}"
-                   for line, name in private_accesses(path.read_text(), str(path)))
+                   for line, name in private_accesses(path.read_text(), str(path))
+                   if name not in allowed)
     assert not bad, (
         "these modules reach into other modules' private names; use (or add) a public, "
         "documented name instead (see docs/concepts.md, 'Contracts between layers'):\n  "
