@@ -303,3 +303,36 @@ def test_digits_from_files_under_multi_worker_mirrored(tmp_path, fmt):
     assert result["replicas"] == 2
     assert result["rows_per_epoch"] == [1500] * 5  # every row exactly once per epoch
     assert result["accuracy"] > 0.95
+
+
+def test_keras_multi_worker_tutorial_at_two_ranks(tmp_path):
+    """TF's multi-worker Keras tutorial, ported (examples/keras_multi_worker.py), at 2 ranks:
+    it learns, the chief alone writes the checkpoints, and the model it saves loads in plain
+    Keras (no strategy) and scores what the job reported."""
+    from mpi_launch import launch
+
+    code, out = launch(2, [str(ROOT / "examples" / "keras_multi_worker.py"), "--dir",
+                           str(tmp_path)], 240)
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, out  # the chief's line only
+    report = json.loads(lines[0])
+    assert report["workers"] == 2 and report["epochs"] == 3
+    assert report["loss"][-1] < report["loss"][0] / 3
+    assert report["test_accuracy"] > 0.9
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "weights.01.weights.h5", "weights.02.weights.h5", "weights.03.weights.h5"]
+    assert not (tmp_path / "backup").exists()  # BackupAndRestore removes it at the end
+    program = (
+        "import os, sys, json; os.environ['KERAS_BACKEND'] = 'jax'\n"
+        f"sys.path.insert(0, {str(ROOT / 'examples')!r})\n"
+        "import keras, keras_multi_worker as k\n"
+        f"model = keras.saving.load_model({report['model']!r})\n"
+        "_, (x, y) = k.digits()\n"
+        "print(json.dumps(model.evaluate(x, y, verbose=0)))\n")
+    loaded = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                            timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    test_loss, test_accuracy = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert abs(test_accuracy - report["test_accuracy"]) < 1e-6
+    assert abs(test_loss - report["test_loss"]) < 1e-4

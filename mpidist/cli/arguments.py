@@ -16,6 +16,7 @@ from mpidist.cli.commands import (
     cmd_bench_batch,
     cmd_bench_input,
     cmd_bench_gpu,
+    cmd_bench_keras,
     cmd_bench_ps,
     cmd_bench_step,
     cmd_info,
@@ -138,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Benchmarks of mpidist's collectives beside "
                                                  "raw mpi4py in the same job.")
     kinds = benchmarks.add_subparsers(dest="benchmark",
-                                      metavar="{allreduce,batch,step,ps,input,gpu}",
+                                      metavar="{allreduce,batch,step,keras,ps,input,gpu}",
                                       parser_class=CommandParser)
     kinds.required = True
 
@@ -171,6 +172,19 @@ def build_parser() -> argparse.ArgumentParser:
     _timing_options(batch)
     batch.set_defaults(func=cmd_bench_batch)
     _add_step_parser(kinds)
+    keras = kinds.add_parser(
+        "keras", help="a Keras model.fit step under MWMS beside raw JAX + mpi4py",
+        description="A Keras 3 model.fit step (MLP 784-1024-10, small CNN) under "
+                    "MultiWorkerMirroredStrategy beside the same model's raw step in JAX + "
+                    "mpi4py (jitted gradient, one Allreduce, jitted update), and mpi4jax's "
+                    "in-jit all-reduce where installed. Needs Keras (pip install "
+                    "'mpidist[keras]').")
+    keras.add_argument("--steps", type=_positive(int, "integer"), default=16, metavar="N",
+                       help="steps per timed epoch (default 16)")
+    keras.add_argument("--rounds", type=_positive(int, "integer"), default=5, metavar="R",
+                       help="interleaved rounds; medians are reported (default 5)")
+    keras.add_argument("--json", action="store_true", help="one JSON object (rank 0)")
+    keras.set_defaults(func=cmd_bench_keras)
     ps = kinds.add_parser(
         "ps", help="ParameterServerStrategy: variable requests, scheduling, idle cost",
         description="ParameterServerStrategy's costs beside raw MPI ping-pong in the same job: "

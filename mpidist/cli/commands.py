@@ -16,6 +16,7 @@ from mpidist.cli.bench import Job, Row, Timer
 from mpidist.cli.errors import CommandError, CommandParser, print_error, rank_before_mpi
 
 __all__ = ["cmd_info", "cmd_bench_allreduce", "cmd_bench_batch", "cmd_bench_step", "cmd_bench_ps",
+           "cmd_bench_keras",
            "cmd_bench_input", "cmd_bench_gpu", "cmd_selftest"]
 
 Settings = dict[str, Any]  # the timing settings (``timing.settings_from``)
@@ -188,6 +189,24 @@ def cmd_bench_step(args: argparse.Namespace) -> int:
               flush=True)
     return 0
 
+
+
+def cmd_bench_keras(args: argparse.Namespace) -> int:
+    """``mpidist bench keras``: a Keras model.fit step under MWMS beside raw JAX + mpi4py."""
+    from mpidist.cli import bench_keras  # noqa: PLC0415
+    from mpidist.comm.mpi import mpi_module  # noqa: PLC0415
+
+    try:
+        job, rows = bench_keras.run_keras_benchmark(steps=args.steps, rounds=args.rounds)
+    except bench.CheckFailed as err:
+        raise CommandError(str(err), report=mpi_module().COMM_WORLD.Get_rank() == 0) from None
+    if mpi_module().COMM_WORLD.Get_rank() != 0:
+        return 0
+    if args.json:
+        print(json.dumps({"benchmark": "keras", "job": job, "rows": rows}, indent=2), flush=True)
+    else:
+        print("\n".join(bench_keras.keras_table(job, rows)), flush=True)
+    return 0
 
 
 def cmd_bench_ps(args: argparse.Namespace) -> int:

@@ -175,6 +175,11 @@ class ReplicaSteps:
             loss, y_pred, new_nt, new_metrics = aux
             _, new_metrics = update_metrics_variables(model, new_metrics, loss, x, y, y_pred,
                                                       sample_weight)
+            # Packed as they are: left to itself, XLA on CPU fuses the gradients' matrix
+            # products into the concatenation and runs them as plain loops (measured 10x
+            # slower for a 784-1024-10 MLP).
+            grads, new_nt, new_metrics = jax.lax.optimization_barrier(  # type: ignore[no-untyped-call]
+                (grads, new_nt, new_metrics))
             rows = jnp.asarray(_rows(data), dtype)
             pack = jnp.concatenate(
                 _flat([g * rows for g in grads], dtype)
