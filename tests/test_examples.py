@@ -15,10 +15,22 @@ sys.path.insert(0, str(ROOT / "examples"))
 import quickstart  # noqa: E402 - the examples folder is not a package
 
 
-def readme_quick_start():
+def readme_quick_start(index=1):
+    """The quick start's python block number ``index`` (0: Keras, 1: NumPy arrays)."""
     text = (ROOT / "README.md").read_text()
-    section = text.split("## Quick start", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, flags=re.DOTALL).group(1)
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[index]
+
+
+def test_readme_keras_quick_start_runs_as_written(tmp_path):
+    script = tmp_path / "keras_quick_start.py"
+    script.write_text(readme_quick_start(0))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    m = re.search(r"w = \[(.*)\] loss = (\S+)", out.stdout)
+    assert m, out.stdout
+    np.testing.assert_allclose(np.array(m.group(1).split(), dtype=float), [2.0, -3.0, 0.5], atol=2e-3)
+    assert float(m.group(2)) < 1e-4
 
 
 def test_readme_quick_start_runs_as_written(tmp_path):
@@ -336,3 +348,31 @@ def test_keras_multi_worker_tutorial_at_two_ranks(tmp_path):
     test_loss, test_accuracy = json.loads(loaded.stdout.strip().splitlines()[-1])
     assert abs(test_accuracy - report["test_accuracy"]) < 1e-6
     assert abs(test_loss - report["test_loss"]) < 1e-4
+
+
+def _equinox_weights(report):
+    return [np.asarray(w) for w in report["weights"]]
+
+
+def test_equinox_optax_example_same_weights_in_one_process_and_at_two_ranks():
+    """examples/equinox_optax.py: an Equinox model and optax under OneDevice, Mirrored (2 CPU
+    devices) and MWMS at 2 ranks ends with the same weights, and learns the digits."""
+    from mpi_launch import launch
+
+    def run(argv):
+        out = subprocess.run([sys.executable, str(ROOT / "examples" / "equinox_optax.py"),
+                              "--json", "--epochs", "3"] + argv, capture_output=True,
+                             text=True, timeout=180)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    one, mirrored = run([]), run(["--replicas", "2"])
+    code, out = launch(2, [str(ROOT / "examples" / "equinox_optax.py"), "--json", "--epochs",
+                           "3", "--multi-worker"], 240)
+    assert code == 0, out
+    ranks = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    assert (one["replicas"], mirrored["replicas"], ranks["replicas"]) == (1, 2, 2)
+    assert one["accuracy"] > 0.9
+    for report in (mirrored, ranks):
+        for got, want in zip(_equinox_weights(report), _equinox_weights(one)):
+            np.testing.assert_allclose(got, want, atol=1e-5)

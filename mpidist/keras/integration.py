@@ -33,8 +33,9 @@ from mpidist.keras.dataset_input import as_keras_input
 from mpidist.keras.ownership import (current_strategy, model_strategy, record_compile,
                                      strategy_for_call, tag_variable)
 from mpidist.keras.replica_steps import GLOBAL_BATCHES, LOCAL_BATCHES, ReplicaSteps
-from mpidist.keras.worker_callbacks import (AgreeAfterRestore, broadcast_model_state,
-                                            callbacks_for_rank, remove_directory)
+from mpidist.keras.worker_callbacks import (AgreeAfterRestore, AgreeOnStop,
+                                            broadcast_model_state, callbacks_for_rank,
+                                            remove_directory)
 from mpidist.ps.strategy import ParameterServerStrategy
 from mpidist.strategies.context import get_strategy
 
@@ -176,7 +177,7 @@ def _fit(original: Callable[..., Any]) -> Callable[..., Any]:
                 _agree_random_state(communicator)
             a["callbacks"], temporary = callbacks_for_rank(a["callbacks"],
                                                            communicator.rank == 0)
-            a["callbacks"].append(AgreeAfterRestore(communicator))
+            a["callbacks"] += [AgreeAfterRestore(communicator), AgreeOnStop(communicator)]
             try:
                 history = _call(original, a)
             finally:

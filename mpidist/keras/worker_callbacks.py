@@ -7,8 +7,10 @@
   the chief's weights, optimizer state and initial epoch to every rank. Every rank then starts
   from the same state, whether it is the initial one or what BackupAndRestore restored on the
   chief (so a backup directory only the chief can see still resumes every rank).
-* Callbacks that decide (EarlyStopping, ReduceLROnPlateau) need nothing: the logs they read are
-  global and identical on every rank, so every rank decides the same.
+* Callbacks that decide (EarlyStopping, ReduceLROnPlateau) decide the same on every rank: the
+  logs they read are global and identical everywhere. ``AgreeOnStop`` makes a stop that one
+  rank alone asks for at an epoch's end (``model.stop_training = True`` from anything else) stop
+  every rank after that epoch.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 
 from mpidist.keras.keras_api import initial_epoch, set_initial_epoch
 
-__all__ = ["AgreeAfterRestore", "broadcast_model_state", "callbacks_for_rank"]
+__all__ = ["AgreeAfterRestore", "AgreeOnStop", "broadcast_model_state", "callbacks_for_rank"]
 
 # The file-writing Keras callbacks and the argument that names where they write.
 _WRITERS = {
@@ -114,3 +116,18 @@ class AgreeAfterRestore(keras.callbacks.Callback):  # type: ignore[misc]
         agreed = np.array([-1 if epoch is None else epoch], dtype=np.int64)
         self._communicator.broadcast(agreed, root=0)
         set_initial_epoch(self.model, None if agreed[0] < 0 else int(agreed[0]))
+
+
+class AgreeOnStop(keras.callbacks.Callback):  # type: ignore[misc]
+    """At each epoch's end, after the user's callbacks: if any rank asked to stop
+    (``model.stop_training``), every rank stops after this epoch (one small all-reduce)."""
+
+    def __init__(self, communicator: Any) -> None:
+        super().__init__()
+        self._communicator = communicator
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        flag = np.array([1 if self.model.stop_training else 0], dtype=np.int32)
+        out = np.empty_like(flag)
+        self._communicator.all_reduce(out, op="max", send=flag)
+        self.model.stop_training = bool(out[0])

@@ -139,3 +139,36 @@ def test_different_arrays_on_the_ranks_fail_on_every_rank():
         pytest.skip("one rank has nothing to differ from")
     with pytest.raises(InvalidArgumentError, match=r"first global batch of rank\(s\) \[1"):
         model.fit(X + rank, Y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+
+
+class StopOnLastRank(keras.callbacks.Callback):
+    def __init__(self, at_batch=None):
+        super().__init__()
+        self.at_batch = at_batch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.at_batch == batch and rank == size - 1:
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.at_batch is None and epoch == 1 and rank == size - 1:
+            self.model.stop_training = True
+
+
+@pytest.mark.mpi
+def test_a_stop_asked_on_one_rank_at_an_epoch_end_stops_every_rank():
+    with strategy().scope():
+        model = make_model()
+    history = model.fit(X, Y, batch_size=16, epochs=5, verbose=0, callbacks=[StopOnLastRank()])
+    assert history.epoch == [0, 1]
+    assert same_on_every_rank(model.weights[0].numpy().tobytes())
+
+
+@pytest.mark.mpi
+def test_a_stop_asked_mid_epoch_on_one_rank_fails_on_every_rank_instead_of_hanging():
+    if size == 1:
+        pytest.skip("one rank always agrees with itself")
+    with strategy().scope():
+        model = make_model()
+    with pytest.raises(InvalidArgumentError, match="Ranks issued different collectives"):
+        model.fit(X, Y, batch_size=16, epochs=2, verbose=0, callbacks=[StopOnLastRank(1)])
