@@ -34,10 +34,10 @@ from mpidist.keras.ownership import (current_strategy, model_strategy, record_co
                                      strategy_for_call, tag_variable)
 from mpidist.keras.replica_steps import GLOBAL_BATCHES, LOCAL_BATCHES, ReplicaSteps
 from mpidist.keras.worker_callbacks import (AgreeAfterRestore, AgreeOnStop,
-                                            broadcast_model_state, callbacks_for_rank,
-                                            remove_directory)
+                                            broadcast_model_state)
 from mpidist.ps.strategy import ParameterServerStrategy
 from mpidist.strategies.context import get_strategy
+from mpidist.training.keras_parts import callbacks_for_rank, remove_directory
 
 __all__ = ["install"]
 

@@ -2,7 +2,8 @@
 
 * Callbacks that write files (ModelCheckpoint, BackupAndRestore, CSVLogger, TensorBoard) write
   on the chief; on every other rank ``fit`` runs a copy of each that writes into a temporary
-  directory of that rank, removed when ``fit`` ends. The user's callback objects are not changed.
+  directory of that rank, removed when ``fit`` ends (``callbacks_for_rank``, shared with
+  ``mpidist.fit``). The user's callback objects are not changed.
 * ``AgreeAfterRestore`` runs after the user's callbacks at the start of training: it broadcasts
   the chief's weights, optimizer state and initial epoch to every rank. Every rank then starts
   from the same state, whether it is the initial one or what BackupAndRestore restored on the
@@ -15,12 +16,6 @@
 
 from __future__ import annotations
 
-import copy
-import inspect
-import os
-import shutil
-import tempfile
-from collections.abc import Sequence
 from typing import Any
 
 import keras
@@ -28,58 +23,7 @@ import numpy as np
 
 from mpidist.keras.keras_api import initial_epoch, set_initial_epoch
 
-__all__ = ["AgreeAfterRestore", "AgreeOnStop", "broadcast_model_state", "callbacks_for_rank"]
-
-# The file-writing Keras callbacks and the argument that names where they write.
-_WRITERS = {
-    keras.callbacks.ModelCheckpoint: "filepath",
-    keras.callbacks.BackupAndRestore: "backup_dir",
-    keras.callbacks.CSVLogger: "filename",
-    keras.callbacks.TensorBoard: "log_dir",
-}
-
-
-def _redirected(callback: Any, argument: str, directory: str) -> Any:
-    """A copy of ``callback`` that writes under ``directory``, rebuilt from its constructor's
-    declared arguments (so the paths it derives in ``__init__`` follow), else copied."""
-    os.makedirs(directory, exist_ok=True)
-    target = os.path.join(directory, os.path.basename(str(getattr(callback, argument))) or "out")
-    clone = copy.copy(callback)
-    parameters = inspect.signature(type(callback).__init__).parameters
-    arguments = {name: getattr(callback, name) for name in parameters
-                 if name not in ("self", argument) and hasattr(callback, name)
-                 and parameters[name].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD}
-    try:
-        type(callback).__init__(clone, **{argument: target}, **arguments)
-    except (TypeError, ValueError):
-        clone = copy.copy(callback)
-        setattr(clone, argument, target)
-    return clone
-
-
-def callbacks_for_rank(callbacks: Sequence[Any] | None, is_chief: bool
-                       ) -> tuple[list[Any], str | None]:
-    """The callbacks this rank runs, and the temporary directory to remove after ``fit``
-    (None on the chief, or where nothing writes)."""
-    callbacks = list(callbacks or [])
-    if is_chief:
-        return callbacks, None
-    directory = None
-    out = []
-    for callback in callbacks:
-        argument = next((a for cls, a in _WRITERS.items() if isinstance(callback, cls)), None)
-        if argument is None:
-            out.append(callback)
-            continue
-        if directory is None:
-            directory = tempfile.mkdtemp(prefix="mpidist-worker-callbacks-")
-        out.append(_redirected(callback, argument, os.path.join(directory, str(len(out)))))
-    return out, directory
-
-
-def remove_directory(directory: str | None) -> None:
-    if directory is not None:
-        shutil.rmtree(directory, ignore_errors=True)
+__all__ = ["AgreeAfterRestore", "AgreeOnStop", "broadcast_model_state"]
 
 
 def broadcast_model_state(model: Any, communicator: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import string
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 
@@ -159,7 +160,13 @@ def _save_freq(value: Any) -> str | int:
 
 class ModelCheckpoint(Callback):
     """Save the model's variables and the optimizer state every epoch (or every ``save_freq``
-    steps) into ``directory``, keeping the last ``max_to_keep``."""
+    steps) into ``directory``, keeping the last ``max_to_keep``.
+
+    A path with Keras's format fields (``"ckpt/weights.{epoch:02d}"``, ``"{epoch}-{loss:.3f}"``)
+    is Keras's ``filepath`` instead: each save writes one checkpoint at the path formatted with
+    ``epoch`` (counted from 1), ``batch`` (with a step ``save_freq``) and the logs, and every one
+    is kept, as Keras keeps them (``max_to_keep`` does not apply). Restore one with
+    ``mpidist.train.Checkpoint(...).restore(path)``."""
 
     @accepts(directory=str | os.PathLike, max_to_keep=int | None)
     def __init__(self, directory: str | os.PathLike[str], save_freq: Any = "epoch",
@@ -168,25 +175,55 @@ class ModelCheckpoint(Callback):
         self.save_freq: Any = _save_freq(save_freq)  # "epoch" or a positive int
         self.max_to_keep = max_to_keep
         self.manager: CheckpointManager = None  # type: ignore[assignment]  # on_train_begin sets it
+        self._checkpoint: Checkpoint = None  # type: ignore[assignment]  # on_train_begin sets it
+        self._pattern = _has_format_fields(self.directory)
         self._steps = 0
+        self._epoch = 0
 
     @property
     def managed_directory(self) -> str:
         """The directory this callback writes and prunes (``check_callbacks``)."""
+        if self._pattern:
+            return os.path.dirname(self.directory.split("{", 1)[0]) or os.curdir
         return self.directory
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
-        checkpoint = Checkpoint(model=ModelVariables(self.model), optimizer=self.optimizer)
-        self.manager = CheckpointManager(checkpoint, self.directory, max_to_keep=self.max_to_keep)
+        self._checkpoint = Checkpoint(model=ModelVariables(self.model), optimizer=self.optimizer)
+        if not self._pattern:
+            self.manager = CheckpointManager(self._checkpoint, self.directory,
+                                             max_to_keep=self.max_to_keep)
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._epoch = epoch
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self._steps += 1
         if self.save_freq != "epoch" and self._steps % self.save_freq == 0:
-            self.manager.save()
+            self._save(self._epoch, batch, logs)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if self.save_freq == "epoch":
+            self._save(epoch, None, logs)
+
+    def _save(self, epoch: int, batch: int | None, logs: dict[str, Any] | None) -> None:
+        if not self._pattern:
             self.manager.save()
+            return
+        fields = {k: float(v) for k, v in (logs or {}).items()}
+        fields.update(epoch=epoch + 1, **({} if batch is None else {"batch": batch}))
+        try:
+            path = self.directory.format(**fields)
+        except (KeyError, IndexError, ValueError) as err:
+            raise KeyError(
+                f"ModelCheckpoint: cannot format the path {self.directory!r} with "
+                f"{sorted(fields)} ({type(err).__name__}: {err}); use fields among those "
+                "(the epoch, the batch with a step save_freq, the logs' names).") from None
+        self._checkpoint.write(path)
+
+
+def _has_format_fields(path: str) -> bool:
+    """Whether ``path`` has a ``str.format`` field such as ``{epoch:02d}``."""
+    return any(field is not None for _, field, _, _ in string.Formatter().parse(path))
 
 
 class BackupAndRestore(Callback):

@@ -42,6 +42,9 @@ from mpidist.strategies.alone_warning import warn_if_alone
 from mpidist.strategies.context import get_strategy
 from mpidist.training.autodiff import BACKENDS, model_loss_and_gradients, model_per_example_loss
 from mpidist.training.callbacks import BackupAndRestore, Callback, History, check_callbacks
+from mpidist.training.keras_parts import (KerasCallbackHooks, KerasCallback, KerasMetric,
+                                         callbacks_for_rank, is_keras_callback,
+                                         remove_directory)
 from mpidist.training.losses import check_per_example
 from mpidist.training.metric_names import metric_from
 from mpidist.training.metrics import Metric
@@ -187,7 +190,7 @@ def _loss_totals(per_example: Any) -> Any:
                      xp.asarray(np.float64(np.shape(per_example)[0]))])
 
 
-def _metrics(metrics: Iterable[Metric | str], strategy: Strategy, where: str) -> list[Metric]:
+def _metrics(metrics: Iterable[Metric | str | Any], strategy: Strategy, where: str) -> list[Metric]:
     """Metric objects, and those given by name (Keras' "accuracy", "mse", ...) created in the
     strategy's scope."""
     with strategy.scope():
@@ -353,12 +356,14 @@ def _agreed_stop(strategy: Strategy, wanted: bool) -> bool:
 
 @labelled("fit")
 @accepts(epochs=int, strategy="mpidist.strategies.strategy:Strategy | None",
-         metrics=Iterable[Metric | str], callbacks=Iterable[Callback] | Callback,
+         metrics=Iterable[Metric | str | KerasMetric],
+         callbacks=Iterable[Callback | KerasCallback] | Callback | KerasCallback,
          steps_per_epoch=int | None, initial_epoch=int, verbose=Literal["auto", 0, 1, 2],
          autodiff=str | None)
 def fit(model: Any, dataset: Any, epochs: int = 1, *, optimizer: Any,
-        strategy: Strategy | None = None, metrics: Iterable[Metric | str] = (),
-        callbacks: Iterable[Callback] | Callback = (), steps_per_epoch: int | None = None,
+        strategy: Strategy | None = None, metrics: Iterable[Metric | str | KerasMetric] = (),
+        callbacks: Iterable[Callback | KerasCallback] | Callback | KerasCallback = (),
+        steps_per_epoch: int | None = None,
         initial_epoch: int = 0, verbose: Literal["auto", 0, 1, 2] = "auto",
         autodiff: str | None = None) -> History:
     """Train ``model`` on ``dataset`` for ``epochs`` epochs; returns a History.
@@ -400,23 +405,31 @@ def fit(model: Any, dataset: Any, epochs: int = 1, *, optimizer: Any,
     loop = _FitLoop(model, optimizer, strategy, _metrics(metrics, strategy, "fit"), autodiff)
     history = History()
     # one callback alone is taken as a list of one, as Keras 3 does (tree.flatten)
-    callbacks = ([callbacks] if isinstance(callbacks, Callback) else list(callbacks)) + [history]
-    check_callbacks(callbacks)
+    given: list[Any] = [callbacks] if isinstance(callbacks, Callback) \
+        or is_keras_callback(callbacks) else list(cast(Iterable[Any], callbacks))
+    # Keras's own callbacks: their files written on the chief only (docs/training.md)
+    given, temporary = callbacks_for_rank(given, strategy.extended.should_checkpoint)
+    run: list[Callback] = [KerasCallbackHooks(cb) if is_keras_callback(cb) else cb for cb in given]
+    hooks = run + [history]
+    check_callbacks(hooks)
     steps = steps_per_epoch if steps_per_epoch is not None else _known_steps(data, "fit")
     params = {"epochs": epochs, "steps": steps}
-    for cb in callbacks:
+    for cb in hooks:
         cb.set_context(model, optimizer, strategy, params)
         if isinstance(cb, BackupAndRestore):
             cb.attach(loop)
     progress = _Progress(verbose, strategy.extended.should_save_summary, epochs, steps)
     with contextlib.suppress(AttributeError):  # Keras clears it at fit's start too
         model.stop_training = False
-    with strategy.scope():
-        for cb in callbacks:
-            cb.on_train_begin()
-        logs = loop.train(data, epochs, callbacks, progress, steps_per_epoch, initial_epoch)
-        for cb in callbacks:
-            cb.on_train_end(logs)
+    try:
+        with strategy.scope():
+            for cb in hooks:
+                cb.on_train_begin()
+            logs = loop.train(data, epochs, hooks, progress, steps_per_epoch, initial_epoch)
+            for cb in hooks:
+                cb.on_train_end(logs)
+    finally:
+        remove_directory(temporary)
     return history
 
 
@@ -446,7 +459,8 @@ def _refuse_empty(call: str) -> NoReturn:
 
 @labelled("evaluate")
 @accepts(strategy="mpidist.strategies.strategy:Strategy | None",
-         metrics=Iterable[Metric | str], verbose=Literal["auto", 0, 1, 2], autodiff=str | None)
+         metrics=Iterable[Metric | str | KerasMetric], verbose=Literal["auto", 0, 1, 2],
+         autodiff=str | None)
 def evaluate(model: Any, dataset: Any, *, strategy: Strategy | None = None,
              metrics: Iterable[Metric | str] = (), verbose: Literal["auto", 0, 1, 2] = 0,
              autodiff: str | None = None) -> dict[str, float]:

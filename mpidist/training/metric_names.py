@@ -8,6 +8,7 @@ from typing import Any
 
 from mpidist.backend import array_module, as_array
 from mpidist.training.losses import match_label_shapes
+from mpidist.training.keras_parts import SummedKerasMetric, is_keras_metric
 from mpidist.training.metrics import Accuracy, Mean, Metric, SparseCategoricalAccuracy
 from mpidist.types import Array
 
@@ -61,11 +62,13 @@ METRIC_NAMES = {
 }
 
 
-def metric_from(metric: Metric | str, where: str) -> Metric:
+def metric_from(metric: Metric | str | Any, where: str) -> Metric:
     """A metric object for ``metric`` (an object or a name from ``METRIC_NAMES``); call it
     in the strategy's scope (a new metric creates its variables there)."""
     if isinstance(metric, Metric):
         return metric
+    if is_keras_metric(metric):
+        return SummedKerasMetric(metric)  # Keras's own metric, summed across replicas
     if isinstance(metric, str):
         cls = METRIC_NAMES.get(metric.lower())
         if cls is None:
@@ -77,4 +80,5 @@ def metric_from(metric: Metric | str, where: str) -> Metric:
         raise TypeError(f"{where}: metrics got the class {metric.__name__}; pass an instance, "
                         f"{metric.__name__}(), or a name such as 'accuracy'.")
     raise TypeError(f"{where}: metrics got {type(metric).__name__} {metric!r}; pass "
-                    "mpidist.metrics objects or names such as 'accuracy', 'mse', 'mae'.")
+                    "mpidist.metrics objects, Keras metrics (keras.metrics.AUC()), or names such "
+                    "as 'accuracy', 'mse', 'mae'.")

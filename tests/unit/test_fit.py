@@ -162,6 +162,25 @@ def test_model_checkpoint_saves_every_epoch_and_restores(tmp_path):
     assert int(fresh_optimizer.iterations.numpy()) == int(optimizer.iterations.numpy())
 
 
+def test_model_checkpoint_formats_a_keras_filepath_each_save_and_keeps_them_all(tmp_path):
+    pattern = str(tmp_path / "ckpt" / "weights.{epoch:02d}-{loss:.3f}")
+    checkpoints = mpidist.callbacks.ModelCheckpoint(pattern, max_to_keep=1)
+    model, _, history = train(mirrored(2), epochs=3, callbacks=[checkpoints])
+    losses = history.history["loss"]
+    assert sorted(os.listdir(tmp_path / "ckpt")) == [
+        f"weights.{epoch + 1:02d}-{loss:.3f}" for epoch, loss in enumerate(losses)]
+    from mpidist.training.callbacks import ModelVariables
+
+    fresh = Linear()
+    last = str(tmp_path / "ckpt" / f"weights.03-{losses[-1]:.3f}")
+    mpidist.train.Checkpoint(model=ModelVariables(fresh)).restore(last).expect_partial()
+    for a, b in zip(fresh.trainable_variables, model.trainable_variables):
+        np.testing.assert_array_equal(host(a), host(b))
+    with pytest.raises(KeyError, match=r"cannot format the path .*\{acc\}.*'epoch', 'loss'"):
+        train(mirrored(2), epochs=1, callbacks=[
+            mpidist.callbacks.ModelCheckpoint(str(tmp_path / "w.{acc}"))])
+
+
 def test_backup_and_restore_on_a_clean_run_leaves_nothing(tmp_path):
     backup = mpidist.callbacks.BackupAndRestore(tmp_path / "backup", save_freq=3)
     model, _, _ = train(mirrored(2), callbacks=[backup])

@@ -14,7 +14,7 @@ import pytest
 
 import mpidist
 from mpidist.data import Dataset
-from mpidist.keras.worker_callbacks import callbacks_for_rank, remove_directory
+from mpidist.training.keras_parts import callbacks_for_rank, remove_directory
 
 rng = np.random.default_rng(0)
 X = rng.normal(size=(75, 6)).astype("float32")  # batches of 16: the last one (11) is uneven
