@@ -48,7 +48,9 @@ from mpidist.values.indexed_slices import IndexedSlices
 from mpidist.values.variables import Variable
 from mpidist.core import state as _state
 from mpidist.keras import install_if_keras_imported as _install_keras
+from mpidist.keras import prefer_jax_backend as _prefer_jax_backend
 
+_prefer_jax_backend()  # Keras's own default backend is TensorFlow (docs/keras.md)
 _state.add_scope_entry_hook(_install_keras)
 
 __version__ = "0.1.0"

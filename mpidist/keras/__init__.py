@@ -8,10 +8,29 @@ package does not import Keras.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from typing import Any
 
-__all__ = ["install", "install_if_keras_imported"]
+__all__ = ["install", "install_if_keras_imported", "prefer_jax_backend"]
+
+
+def prefer_jax_backend() -> None:
+    """Make JAX the backend Keras will load, unless ``KERAS_BACKEND`` is set, Keras's config
+    file names another backend than its default (TensorFlow, which Keras writes there at its
+    first import), or Keras is imported already. mpidist does not use TensorFlow, so
+    ``import mpidist`` before ``import keras`` then just works."""
+    if "keras" in sys.modules or "KERAS_BACKEND" in os.environ:
+        return
+    home = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+    try:
+        with open(os.path.join(home, "keras.json")) as f:
+            if json.load(f).get("backend", "tensorflow") != "tensorflow":
+                return
+    except (OSError, ValueError, AttributeError):
+        pass
+    os.environ["KERAS_BACKEND"] = "jax"
 
 
 def install() -> None:

@@ -10,7 +10,9 @@
   functions of ``replica_steps`` with the input rules, callbacks and agreements of TF
   multi-worker training;
 * ``make_train_function``, ``make_test_function``, ``make_predict_function``: those step
-  functions, for a model whose strategy has several replicas.
+  functions, for a model whose strategy has several replicas;
+* ``Model.save`` and ``save_weights``: under a strategy across ranks the chief writes the path,
+  the others a temporary copy they remove.
 
 A model compiled outside every strategy's scope, or under a strategy of one replica, keeps
 Keras's own step: nothing changes for it.
@@ -21,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import random
+import tempfile
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -204,6 +208,24 @@ def _inference(original: Callable[..., Any], kind: str, method: str) -> Callable
     return call
 
 
+# -- saving -----------------------------------------------------------------------------------
+def _chief_saves(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``model.save`` / ``save_weights`` of a model under a strategy across ranks: the chief
+    writes the path; another rank writes a copy into a temporary directory and removes it (TF's
+    rule for workers that save), so every rank may call it with the same path."""
+    @functools.wraps(original)
+    def save(self: Any, filepath: Any, *args: Any, **kwargs: Any) -> Any:
+        strategy = model_strategy(self)
+        if strategy is None or strategy.extended.communicator is None \
+                or strategy.extended.should_checkpoint \
+                or not isinstance(filepath, (str, os.PathLike)):
+            return original(self, filepath, *args, **kwargs)
+        with tempfile.TemporaryDirectory(prefix="mpidist-worker-save-") as directory:
+            name = os.path.basename(os.fspath(filepath).rstrip(os.sep)) or "model"
+            return original(self, os.path.join(directory, name), *args, **kwargs)
+    return save
+
+
 # -- the step functions ---------------------------------------------------------------------
 def _make(original: Callable[..., Any], attribute: str, step: str) -> Callable[..., Any]:
     @functools.wraps(original)
@@ -248,6 +270,9 @@ def install() -> None:
     trainer.fit = _fit(trainer.fit)
     trainer.evaluate = _inference(trainer.evaluate, "test", "evaluate")
     trainer.predict = _inference(trainer.predict, "predict", "predict")
+    model = keras_api.model_class()
+    model.save = _chief_saves(model.save)
+    model.save_weights = _chief_saves(model.save_weights)
     trainer.make_train_function = _make(trainer.make_train_function, "train_function",
                                         "train_function")
     trainer.make_test_function = _make(trainer.make_test_function, "test_function",

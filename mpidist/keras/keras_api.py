@@ -19,7 +19,7 @@ from keras.src.trainers.trainer import Trainer
 
 __all__ = ["KerasVariable", "StatelessScope", "Trainer", "backend_name", "call_takes_training",
            "initial_epoch",
-           "jax_trainer_class", "set_initial_epoch", "unpack_x_y_sample_weight",
+           "jax_trainer_class", "model_class", "set_initial_epoch", "unpack_x_y_sample_weight",
            "update_metrics_variables"]
 
 
@@ -33,6 +33,11 @@ def jax_trainer_class() -> Any:
     """Keras's JAX trainer: the base of every Keras model on the JAX backend."""
     from keras.src.backend.jax.trainer import JAXTrainer  # noqa: PLC0415 - imports JAX
     return JAXTrainer
+
+
+def model_class() -> Any:
+    """``keras.Model``, where ``save`` and ``save_weights`` are defined."""
+    return keras.Model
 
 
 def update_metrics_variables(model: Any, metrics_variables: Any, loss: Any, x: Any, y: Any,

@@ -74,7 +74,7 @@ class SummedKerasMetric(Metric):
         super().__init__(name=metric.name, dtype=np.float64)
         self._keras = metric
         metric.reset_state()
-        self._initial = [np.asarray(v.numpy()) for v in metric.variables]
+        self._initial = [np.asarray(v.value) for v in metric.variables]
         self._names = [f"{i}:{v.name}" for i, v in enumerate(metric.variables)]
         for name, value in zip(self._names, self._initial):
             self.add_weight(name, shape=value.shape)

@@ -123,9 +123,9 @@ def test_callbacks_write_on_the_chief_and_decide_the_same_everywhere(shared_dir)
     with open(log) as f:
         assert len(f.read().strip().splitlines()) == 3  # header + 2 epochs, written once
     saved = os.path.join(shared_dir, "model.keras")
-    if rank == 0:
-        model.save(saved)
+    model.save(saved)  # on every rank, as a TF user might: the chief alone writes it
     comm.Barrier()
+    assert sorted(os.listdir(shared_dir)) == ["ckpt", "log.csv", "model.keras"]
     loaded = keras.saving.load_model(saved)  # plain Keras: no strategy
     np.testing.assert_allclose(loaded.predict(X, verbose=0), model.predict(X, verbose=0),
                                atol=1e-6)
@@ -172,3 +172,34 @@ def test_a_stop_asked_mid_epoch_on_one_rank_fails_on_every_rank_instead_of_hangi
         model = make_model()
     with pytest.raises(InvalidArgumentError, match="Ranks issued different collectives"):
         model.fit(X, Y, batch_size=16, epochs=2, verbose=0, callbacks=[StopOnLastRank(1)])
+
+
+class InterruptAfter(keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.epoch:
+            raise KeyboardInterrupt  # the job is killed after this epoch's backup
+
+
+@pytest.mark.mpi
+def test_backup_and_restore_resumes_every_rank_from_the_chiefs_backup(shared_dir):
+    reference = make_model()
+    reference.fit(X, Y, batch_size=16, epochs=4, shuffle=False, verbose=0)
+    backup = os.path.join(shared_dir, "backup")
+    with strategy().scope():
+        model = make_model()
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(X, Y, batch_size=16, epochs=4, shuffle=False, verbose=0, callbacks=[
+            keras.callbacks.BackupAndRestore(backup), InterruptAfter(1)])
+    comm.Barrier()
+    with strategy().scope():
+        resumed = make_model(seed=5 + rank)  # a new process would start from other weights
+    history = resumed.fit(X, Y, batch_size=16, epochs=4, shuffle=False, verbose=0,
+                          callbacks=[keras.callbacks.BackupAndRestore(backup)])
+    assert history.epoch == [2, 3]  # from the chief's backup of epoch 1, on every rank
+    assert max_difference(resumed, reference) < 1e-5
+    comm.Barrier()
+    assert not os.path.exists(backup)  # removed by the chief at the end

@@ -189,3 +189,18 @@ def test_a_backend_other_than_jax_is_named_with_the_fix():
     assert "ValueError: mpidist distributes Keras models on the JAX backend, but Keras runs " \
            "on 'numpy'" in out.stderr
     assert "KERAS_BACKEND=jax" in out.stderr
+
+
+def test_importing_mpidist_first_makes_jax_the_backend_unless_the_user_chose_one(tmp_path):
+    program = "import mpidist, keras; print(keras.backend.backend())"
+    env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
+    env["KERAS_HOME"] = str(tmp_path)  # Keras writes "tensorflow" here at its first import
+    for _ in range(2):  # a fresh config, then the one Keras wrote
+        out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                             timeout=120, env=env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split()[-1] == "jax"
+    (tmp_path / "keras.json").write_text('{"backend": "numpy"}')  # the user's own choice
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.stdout.split()[-1] == "numpy"
