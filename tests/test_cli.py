@@ -557,6 +557,23 @@ def test_bench_step_quick_json(nprocs):
     check_step_report(json_from(out), nprocs)
 
 
+# -- bench keras ---------------------------------------------------------------------------
+def test_bench_keras_runs_and_checks_its_paths_agree_at_two_ranks():
+    """``mpidist bench keras`` at 2 ranks: every model's row, with positive times and ratios
+    (no speed); it first checks that fit and the raw step end with the same weights."""
+    code, out = launch(2, ["-m", "mpidist", "bench", "keras", "--steps", "2", "--rounds", "1",
+                           "--json"], STEP_TIMEOUT)
+    assert code == 0, out
+    report = json_from(out)
+    assert report["benchmark"] == "keras" and report["job"]["ranks"] == 2
+    assert [r["model"] for r in report["rows"]] == ["MLP 784-1024-10", "CNN 28x28x1"]
+    for r in report["rows"]:
+        assert r["ranks"] == 2 and r["replicas"] == 2 and r["steps"] == 2
+        assert r["step_ms"] > 0 and r["raw_step_ms"] > 0 and r["fit_call_ms"] >= r["step_ms"]
+        assert math.isclose(r["x_raw"], r["step_ms"] / r["raw_step_ms"], rel_tol=1e-9)
+    assert report["rows"][0]["parameters"] == 784 * 1024 + 1024 + 1024 * 10 + 10
+
+
 def test_bench_step_markdown_fits_the_cost_model():
     from mpidist.cli import bench_step_report as report
 
@@ -630,7 +647,7 @@ def test_bench_fails_loudly_on_wrong_results(nprocs, tmp_path):
 
 BAD_ARGUMENTS = [
     ([], "the following arguments are required: {info,bench,run,selftest,backup}"),
-    (["bench"], "the following arguments are required: {allreduce,batch,step,ps,input,gpu}"),
+    (["bench"], "the following arguments are required: {allreduce,batch,step,keras,ps,input,gpu}"),
     (["bench", "allreduce", "--sizes", "6"], "6 byte(s) is not a whole number of float32 elements"),
     (["bench", "allreduce", "--sizes", "4X"], "'4X' is not a size"),
     (["bench", "allreduce", "--sizes", "64M:4K"], "MAX is smaller than MIN"),

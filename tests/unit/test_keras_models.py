@@ -204,3 +204,14 @@ def test_importing_mpidist_first_makes_jax_the_backend_unless_the_user_chose_one
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                          timeout=120, env=env)
     assert out.stdout.split()[-1] == "numpy"
+
+
+def test_parameter_server_strategy_refuses_a_keras_model_naming_the_supported_way():
+    from ps_cluster import ps_job
+
+    with ps_job(num_ps=1, num_workers=1) as (strategy, _):
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3)])
+            with pytest.raises(NotImplementedError, match=r"ParameterServerStrategy is not "
+                                                          r"supported.*MultiWorkerMirrored"):
+                model.compile(optimizer="sgd", loss="mse")
