@@ -16,7 +16,8 @@ from keras import tree
 from keras.utils import PyDataset
 
 from mpidist.data.dataset import Dataset
-from mpidist.data.distributed import DistributedDataset
+from mpidist.data.distributed import DistributedDataset, DistributedIterator
+from mpidist.errors import InvalidArgumentError
 
 __all__ = ["WorkerBatches", "as_keras_input"]
 
@@ -68,6 +69,11 @@ def as_keras_input(data: Any, strategy: Any) -> tuple[Any, bool]:
     anything else is returned unchanged, for Keras to read as global batches."""
     if isinstance(data, WorkerBatches):  # fit hands its converted validation data to evaluate
         return data, True
+    if isinstance(data, DistributedIterator):
+        raise InvalidArgumentError(
+            "Keras got an iterator over a distributed dataset, whose elements are per-replica "
+            "batches. Pass the DistributedDataset itself (or the mpidist Dataset of global "
+            "batches) to fit/evaluate/predict: Keras reads it from the start of every epoch.")
     if isinstance(data, Dataset):
         data = strategy.experimental_distribute_dataset(data)
     if isinstance(data, (Dataset, DistributedDataset)):  # a Dataset: the default strategy's

@@ -215,3 +215,24 @@ def test_parameter_server_strategy_refuses_a_keras_model_naming_the_supported_wa
             with pytest.raises(NotImplementedError, match=r"ParameterServerStrategy is not "
                                                           r"supported.*MultiWorkerMirrored"):
                 model.compile(optimizer="sgd", loss="mse")
+
+
+def test_per_replica_batches_where_global_ones_go_are_named():
+    strategy = mpidist.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = make_model()
+    distributed = strategy.experimental_distribute_dataset(
+        Dataset.from_tensor_slices((X, Y)).batch(16))
+    with pytest.raises(mpidist.errors.InvalidArgumentError,
+                       match="iterator over a distributed dataset.*Pass the DistributedDataset"):
+        model.fit(iter(distributed), epochs=1, verbose=0)
+
+    def per_replica_batches():  # what iterating a distributed dataset by hand gives
+        for x, y in distributed:
+            yield x, y
+
+    # Keras inspects the first element itself: mpidist's PerReplica names the misuse there.
+    with pytest.raises(ValueError, match=r"PerReplica object while not inside a replica "
+                                         r"context"):
+        model.fit(per_replica_batches(), epochs=1, steps_per_epoch=2, verbose=0)
+    model.fit(distributed, epochs=1, verbose=0)  # the DistributedDataset itself is read
