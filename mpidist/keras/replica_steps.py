@@ -203,7 +203,10 @@ class ReplicaSteps:
             logs = _metric_logs(model, metrics_variables)
             return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
 
-        return jax.jit(replica_part), jax.jit(apply), float_nt, size, dtype
+        # The weights, optimizer and metric state are donated, as Keras's own step donates its
+        # state: the update writes in place instead of allocating the model anew each step.
+        return (jax.jit(replica_part), jax.jit(apply, donate_argnums=(0, 2, 3)), float_nt,
+                size, dtype)
 
     def train_function(self, state: Any, iterator: Iterator[Any]) -> Any:
         """Keras's ``train_function(state, iterator) -> (logs, state)``."""
@@ -256,7 +259,7 @@ class ReplicaSteps:
             metrics_variables = [m + c for m, c in zip(metrics_variables, change)]
             return _metric_logs(model, metrics_variables), metrics_variables
 
-        return jax.jit(replica_part), jax.jit(apply), size, dtype
+        return jax.jit(replica_part), jax.jit(apply, donate_argnums=0), size, dtype
 
     def test_function(self, state: Any, iterator: Iterator[Any]) -> Any:
         return self._steps("test", self._test_step, state, iterator)
