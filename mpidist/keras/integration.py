@@ -166,10 +166,11 @@ def _fit(original: Callable[..., Any]) -> Callable[..., Any]:
             a["x"], local_rows = as_keras_input(a["x"], strategy or get_strategy())
             if local_rows:
                 a["shuffle"] = False  # a Dataset is shuffled by its own transformations
-            if strategy is None:  # Keras's own fit; an mpidist Dataset still reads as input
-                return _call(original, a)
             if a.get("validation_data") is not None:
-                a["validation_data"], _ = as_keras_input(a["validation_data"], strategy)
+                a["validation_data"], _ = as_keras_input(a["validation_data"],
+                                                         strategy or get_strategy())
+            if strategy is None:  # Keras's own fit; mpidist Datasets still read as input
+                return _call(original, a)
             run = _run_of(self)
             if run is None:
                 return _call(original, a)
@@ -179,8 +180,8 @@ def _fit(original: Callable[..., Any]) -> Callable[..., Any]:
                 return _call(original, a)
             if a["shuffle"]:
                 _agree_random_state(communicator)
-            a["callbacks"], temporary = callbacks_for_rank(a["callbacks"],
-                                                           communicator.rank == 0)
+            a["callbacks"], temporary = callbacks_for_rank(
+                a["callbacks"], strategy.extended.should_checkpoint)
             a["callbacks"] += [AgreeAfterRestore(communicator), AgreeOnStop(communicator)]
             try:
                 history = _call(original, a)

@@ -462,7 +462,7 @@ def _refuse_empty(call: str) -> NoReturn:
          metrics=Iterable[Metric | str | KerasMetric], verbose=Literal["auto", 0, 1, 2],
          autodiff=str | None)
 def evaluate(model: Any, dataset: Any, *, strategy: Strategy | None = None,
-             metrics: Iterable[Metric | str] = (), verbose: Literal["auto", 0, 1, 2] = 0,
+             metrics: Iterable[Metric | str | KerasMetric] = (), verbose: Literal["auto", 0, 1, 2] = 0,
              autodiff: str | None = None) -> dict[str, float]:
     """The mean per-example loss over ``dataset`` and each metric's result, as a dict.
 

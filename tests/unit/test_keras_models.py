@@ -81,8 +81,9 @@ def test_an_mpidist_dataset_is_read_by_fit_evaluate_and_predict_under_a_strategy
 
 def test_an_mpidist_dataset_is_read_by_a_plain_keras_model_too():
     model = make_model()
-    history = model.fit(Dataset.from_tensor_slices((X, Y)).batch(16), epochs=1, verbose=0)
-    assert len(history.history["loss"]) == 1
+    dataset = Dataset.from_tensor_slices((X, Y)).batch(16)
+    history = model.fit(dataset, epochs=1, verbose=0, validation_data=dataset)
+    assert len(history.history["loss"]) == len(history.history["val_loss"]) == 1
 
 
 def test_a_model_created_outside_the_scope_cannot_be_compiled_inside_it():
