@@ -33,13 +33,18 @@ def prefer_jax_backend() -> None:
     os.environ["KERAS_BACKEND"] = "jax"
 
 
+_installed = [False]
+
+
 def install() -> None:
     """Install mpidist's distribution of Keras models (imports Keras)."""
     from mpidist.keras.integration import install as _install  # noqa: PLC0415 - imports Keras
     _install()
+    _installed[0] = True
 
 
 def install_if_keras_imported(strategy: Any = None) -> None:
-    """The scope-entry hook: install when the process has imported Keras."""
-    if "keras" in sys.modules:
+    """The scope-entry hook: install when the process has imported Keras. Every scope entry
+    runs it, so once installed it costs one list lookup."""
+    if not _installed[0] and "keras" in sys.modules:
         install()
