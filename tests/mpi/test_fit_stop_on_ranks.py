@@ -9,8 +9,7 @@ from mpi4py import MPI
 
 import mpidist
 from mpidist.cluster_resolver import MPIClusterResolver
-from mpidist.data import Dataset
-from linear_model import LinearModel
+from linear_model import linear_job
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
@@ -25,11 +24,7 @@ class StopOnLastRank(mpidist.callbacks.Callback):
 @pytest.mark.mpi
 def test_a_stop_asked_on_one_rank_stops_every_rank_after_the_same_epoch():
     strategy = mpidist.MultiWorkerMirroredStrategy(MPIClusterResolver())
-    with strategy.scope():
-        model = LinearModel()
-        optimizer = mpidist.optimizers.SGD(0.05)
-    x = np.random.default_rng(0).standard_normal((16, 2))
-    ds = Dataset.from_tensor_slices((x, x @ np.array([1.0, -1.0]))).batch(8)
+    model, optimizer, ds = linear_job(strategy, 16, [1.0, -1.0])
     history = mpidist.fit(model, ds, epochs=6, optimizer=optimizer, strategy=strategy,
                           callbacks=[StopOnLastRank()], verbose=0)
     assert history.epoch == [0, 1]

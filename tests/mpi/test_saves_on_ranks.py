@@ -18,7 +18,7 @@ from mpi4py import MPI
 import mpidist
 from mpidist.cluster_resolver import MPIClusterResolver
 from mpidist.data import Dataset
-from linear_model import LinearModel
+from linear_model import linear_job
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()
@@ -37,11 +37,7 @@ def test_every_rank_saving_one_path_publishes_a_whole_dataset(shared_dir):
 
 def fit_with_backup(backup_dir):
     strategy = mpidist.MultiWorkerMirroredStrategy(MPIClusterResolver())
-    with strategy.scope():
-        model = LinearModel()
-        optimizer = mpidist.optimizers.SGD(0.05)
-    x = np.random.default_rng(0).standard_normal((32, 2))
-    ds = Dataset.from_tensor_slices((x, x @ np.array([1.0, -2.0]))).batch(8)
+    model, optimizer, ds = linear_job(strategy, 32, [1.0, -2.0])
     mpidist.fit(model, ds, epochs=2, optimizer=optimizer, strategy=strategy, verbose=0,
                 callbacks=[mpidist.callbacks.BackupAndRestore(backup_dir, save_freq=2)])
     return np.asarray(model.w.numpy())

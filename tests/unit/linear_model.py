@@ -17,3 +17,17 @@ class LinearModel:
 
     def predict(self, x):
         return x @ np.asarray(self.w)
+
+
+def linear_job(strategy, rows, coefficients, batch=8):
+    """``(model, optimizer, dataset)`` for ``mpidist.fit`` under ``strategy``: a LinearModel
+    and SGD(0.05) made in its scope, and ``rows`` seeded normal examples whose targets are
+    ``x @ coefficients``, in batches of ``batch``."""
+    from mpidist.data import Dataset
+
+    with strategy.scope():
+        model = LinearModel()
+        optimizer = mpidist.optimizers.SGD(0.05)
+    x = np.random.default_rng(0).standard_normal((rows, 2))
+    return model, optimizer, Dataset.from_tensor_slices((x, x @ np.asarray(coefficients))).batch(
+        batch)
