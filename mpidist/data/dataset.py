@@ -58,7 +58,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Dataset", "FileReader", "BlockSizes", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY",
            "SHARD_HINT", "IterationContext", "iterate", "static_batch_size", "source_row_count",
-           "find_file_reader", "file_count", "has_shard_hints"]
+           "find_file_reader", "file_count", "file_shard_units", "source_units",
+           "has_shard_hints"]
 
 AUTOTUNE = -1
 SHARD_HINT = -1  # shard(SHARD_HINT, SHARD_HINT): filled in by AutoShardPolicy.HINT
@@ -458,6 +459,15 @@ class Dataset:
         """How many file names this reader reads, or None where that is unknown."""
         return None
 
+    def _split_units(self) -> tuple[str, ...] | None:
+        """What FILE auto-sharding splits for this reader, in the order it splits them (file
+        names, saved shards), or None where they are known only by reading (a generator)."""
+        return None
+
+    def _listed_units(self) -> tuple[str, ...] | None:
+        """A source's elements as strings, where it is an in-memory list of names."""
+        return None
+
     def _chain_from_source(self) -> list[Dataset]:
         chain: list[Dataset] = []
         node: Dataset | None = self
@@ -519,6 +529,12 @@ class _TensorSlices(Dataset):
 
     def _source_count(self) -> int | None:
         return self._n
+
+    def _listed_units(self) -> tuple[str, ...] | None:
+        names = self._flat[0]
+        if len(self._flat) != 1 or names.ndim != 1 or names.dtype.kind not in "USO":
+            return None
+        return tuple(n.decode(errors="replace") if isinstance(n, bytes) else str(n) for n in names)
 
 
 def _snapshot(array: Any) -> np.ndarray:
@@ -1047,6 +1063,9 @@ class _FileList(Dataset):
     def _source_count(self) -> int | None:
         return len(self._names)
 
+    def _listed_units(self) -> tuple[str, ...] | None:
+        return tuple(str(n) for n in self._names)
+
 
 class BlockSizes:
     """The block sizes a reader should use for one file: about its preferred size, but where
@@ -1202,6 +1221,12 @@ class FileReader(Dataset):
         n = self._names_dataset._cardinality()  # type: ignore[union-attr]  # no names: a dataset
         return n if n >= 0 else None
 
+    def _split_units(self) -> tuple[str, ...] | None:
+        if self._names is not None:
+            return tuple(self._names)
+        # the shard applies at the source of the names' chain
+        return self._names_dataset._chain_from_source()[0]._listed_units()  # type: ignore[union-attr]
+
     def _source_count(self) -> int | None:
         return None
 
@@ -1245,6 +1270,9 @@ class _ShardDatasets(Dataset):
 
     def _source_count(self) -> int | None:
         return len(self._paths)
+
+    def _listed_units(self) -> tuple[str, ...] | None:
+        return self._paths
 
 
 class _Loaded(_RowOrderOp):
@@ -1394,6 +1422,9 @@ class _Interleave(Dataset):
         n = self._inputs[0]._cardinality()
         return n if n >= 0 else None
 
+    def _split_units(self) -> tuple[str, ...] | None:
+        return self._inputs[0]._chain_from_source()[0]._listed_units()  # sharded at its source
+
     def _yields_blocks(self) -> bool:
         inner = self._probe()[0]
         return inner is not None and inner._yields_blocks()
@@ -1513,6 +1544,19 @@ def find_file_reader(dataset: Dataset) -> Dataset | None:
 def file_count(reader: Dataset) -> int | None:
     """How many files ``reader`` (from ``find_file_reader``) reads, where known."""
     return reader._file_names_count()
+
+
+def file_shard_units(reader: Dataset) -> tuple[str, ...] | None:
+    """What FILE auto-sharding splits among the workers for ``reader`` (from
+    ``find_file_reader``), in order: file names or saved shards; None where only reading
+    would tell (a generator of names)."""
+    return reader._split_units()
+
+
+def source_units(dataset: Dataset) -> tuple[str, ...] | None:
+    """The elements of the source at the start of ``dataset``'s chain as strings, where it is
+    an in-memory list of names; None otherwise."""
+    return dataset._chain_from_source()[0]._listed_units()
 
 
 def has_shard_hints(dataset: Dataset) -> bool:

@@ -34,10 +34,12 @@ from mpidist.data.dataset import (
     Dataset,
     IterationContext,
     file_count,
+    file_shard_units,
     find_file_reader,
     has_shard_hints,
     iterate,
     source_row_count,
+    source_units,
     static_batch_size,
 )
 from mpidist.data.inputs import check_dataset_fn, check_input, describe, is_one_shot
@@ -144,7 +146,9 @@ def distribute_dataset(dataset: Dataset | Iterable[Element], workers: InputWorke
         check_input(dataset, api)
         spec, policy, static_batch = None, AutoShardPolicy.AUTO, None
     sharding = _sharding(dataset, policy, workers) if isinstance(dataset, Dataset) else _Sharding()
-    policy = sharding.policy if isinstance(dataset, Dataset) else policy
+    # the policy asked for, which every worker must share; AUTO may resolve differently where
+    # the workers' files differ, which the file agreement names
+    asked, policy = policy, sharding.policy if isinstance(dataset, Dataset) else policy
     balanced = policy in (AutoShardPolicy.OFF, AutoShardPolicy.FILE, AutoShardPolicy.HINT)
     cardinality = _cardinality(dataset)
     # With the legacy split every worker reads its batches in the same order; their number is
@@ -156,7 +160,8 @@ def distribute_dataset(dataset: Dataset | Iterable[Element], workers: InputWorke
         steps = cardinality if rows is not None and cardinality != UNKNOWN_CARDINALITY else None
     elif not balanced and isinstance(dataset, list):
         steps = rows = len(dataset)
-    agreed = agree(workers, api, steps, rows, auto_shard_policy=policy.name)
+    agreed = agree(workers, api, steps, rows, split=sharding.split, split_by=asked.name,
+                   auto_shard_policy=asked.name)
     passes = _Passes(dataset, api)
 
     def local_steps(iteration: int) -> Iterator[Step]:
@@ -253,6 +258,9 @@ class _Sharding:
     file_shard: tuple[int, int, Dataset] | None = None  # (num_workers, worker_index, the reader node)
     source_shard: tuple[int, int] | None = None  # (num_workers, worker_index) at the chain's source
     shard_hint: tuple[int, int] = (1, 0)
+    # what FILE sharding splits (file names, or the source's elements), which every worker
+    # must list alike; None where only reading would tell
+    split: tuple[str, ...] | None = None
 
     def context(self, iteration: int, seed: int) -> IterationContext:
         return IterationContext(iteration, seed, self.source_shard, self.file_shard,
@@ -287,10 +295,13 @@ def _sharding(dataset: Dataset, policy: AutoShardPolicy, workers: InputWorkers) 
     count = file_count(reader) if reader is not None else None
     if policy is AutoShardPolicy.AUTO:
         if reader is None or (count is not None and count < W):
-            if reader is not None:
-                log.info("AUTO sharding: the dataset has %d file(s) for %d workers; sharding "
-                         "by DATA instead of FILE", count, W)
-            return _Sharding(AutoShardPolicy.DATA)
+            if reader is None:
+                return _Sharding(AutoShardPolicy.DATA)
+            log.info("AUTO sharding: the dataset has %d file(s) for %d workers; sharding "
+                     "by DATA instead of FILE", count, W)
+            # the workers still compare their lists: one that found fewer files must not
+            # fall back to DATA alone
+            return _Sharding(AutoShardPolicy.DATA, split=file_shard_units(reader) if W > 1 else None)
         policy = AutoShardPolicy.FILE
     if W == 1:
         return _Sharding(policy)
@@ -304,8 +315,10 @@ def _sharding(dataset: Dataset, policy: AutoShardPolicy, workers: InputWorkers) 
             "worker." + ("" if reader is not None else " (This dataset reads no files, so "
                          "mpidist shards its source dataset's elements as files.)"))
     if reader is None:
-        return _Sharding(policy, source_shard=(W, w))
-    return _Sharding(policy, file_shard=(W, w, reader))
+        listed = source_units(dataset)
+        split = listed if listed is not None or count is None else (f"{count} source element(s)",)
+        return _Sharding(policy, source_shard=(W, w), split=split)
+    return _Sharding(policy, file_shard=(W, w, reader), split=file_shard_units(reader))
 
 
 class _Passes:

@@ -48,7 +48,8 @@ class TensorSpec:
         if not isinstance(array, TensorSpec):
             array = np.asarray(array)  # a number or a nested list, as TF converts it
         dtype = np.dtype(array.dtype)
-        if dtype != self.dtype:
+        # a string of any length fits a string spec (TF's tf.string has no length; NumPy's has)
+        if dtype != self.dtype and not (dtype.kind in "US" and dtype.kind == self.dtype.kind):
             return False
         if self.shape is None or array.shape is None:
             return True

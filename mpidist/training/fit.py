@@ -297,6 +297,7 @@ class _FitLoop:
             progress.epoch_begin(epoch)
             steps = _epoch_steps(data, epoch)
             seen = 0  # batches this epoch's data gave (an empty epoch is refused below)
+            ran_out = False
             for step, batch in enumerate(steps):
                 seen += 1
                 if steps_per_epoch is not None and step >= steps_per_epoch:
@@ -317,6 +318,8 @@ class _FitLoop:
                     cb.on_train_batch_end(step, step_logs)
                 if _stop_requested(self.model):  # Keras: the epoch ends here
                     break
+            else:  # the data ended before steps_per_epoch steps: tf.keras warns and stops
+                ran_out = steps_per_epoch is not None and 0 < seen < steps_per_epoch
             if seen == 0:
                 if epoch == start_epoch:
                     _refuse_empty("fit")
@@ -332,6 +335,14 @@ class _FitLoop:
             progress.epoch_end(epoch, logs)
             for cb in callbacks:
                 cb.on_epoch_end(epoch, logs)
+            if ran_out:  # every worker sees the same end of data (the iterator agrees it)
+                warnings.warn(
+                    f"fit: Your input ran out of data; interrupting training after epoch {epoch}"
+                    f": it gave {seen} batch(es), not steps_per_epoch={steps_per_epoch}. Make "
+                    "sure that your dataset can generate at least `steps_per_epoch * epochs` "
+                    "batches: use `.repeat()` when building it, or a smaller steps_per_epoch.",
+                    UserWarning, stacklevel=3)
+                break
             if _agreed_stop(self.strategy, _stop_requested(self.model)):
                 break
         return logs

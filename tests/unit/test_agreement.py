@@ -244,6 +244,37 @@ def test_an_iterator_used_up_after_one_epoch_warns_and_stops():
     assert len(history.history["loss"]) == 1
 
 
+
+@pytest.mark.parametrize("batches,steps_per_epoch,epochs", [(2, 5, 2), (3, 4, 3), (1, 2, 5)])
+def test_data_shorter_than_steps_per_epoch_warns_and_stops_after_the_epoch(
+        batches, steps_per_epoch, epochs):
+    """tf.keras: the data ran out before steps_per_epoch steps; it warns and stops training
+    after the epoch (its callbacks run) instead of running every epoch short."""
+    data = Dataset.from_tensor_slices((np.ones((4 * batches, 2)), np.ones(4 * batches))).batch(4)
+    optimizer = mpidist.optimizers.SGD(0.1)
+    ends = []
+
+    class Recorder(mpidist.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            ends.append(epoch)
+
+    with pytest.warns(UserWarning, match=rf"ran out of data; interrupting training after epoch 0: "
+                                         rf"it gave {batches} batch\(es\), not "
+                                         rf"steps_per_epoch={steps_per_epoch}.*\.repeat\(\)"):
+        history = mpidist.fit(_Model(), data, epochs, optimizer=optimizer, verbose=0,
+                              steps_per_epoch=steps_per_epoch, callbacks=[Recorder()])
+    assert history.epoch == [0] and ends == [0]
+    assert int(optimizer.iterations.numpy()) == batches
+
+
+def test_steps_per_epoch_the_data_can_give_runs_every_epoch_without_a_warning():
+    optimizer = mpidist.optimizers.SGD(0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        history = mpidist.fit(_Model(), _data(), 3, optimizer=optimizer, verbose=0,
+                              steps_per_epoch=2)
+    assert history.epoch == [0, 1, 2] and int(optimizer.iterations.numpy()) == 6
+
 # -- a strategy within one process under a multi-rank launch -------------------------------------
 @pytest.mark.parametrize("make", [
     lambda: mpidist.OneDeviceStrategy("/cpu:0"),
