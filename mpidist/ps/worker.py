@@ -21,6 +21,7 @@ from typing import Any
 from mpidist.config import get_config
 from mpidist.core import nest
 from mpidist.core.waiting import Wait
+from mpidist.errors import OutOfRangeError
 from mpidist.logs import get_logger
 from mpidist.ps import messages
 from mpidist.ps.liveness import ChiefGoneError, ChiefWatch, leave_without_finalize
@@ -275,6 +276,8 @@ class WorkerLoop:
             try:
                 with self._strategy.scope():
                     value = fn(*args, **kwargs)
+            except StopIteration as end:  # next() on a used-up per-worker iterator
+                raise _end_of_sequence(fn, self._task_id) from end
             finally:
                 extended.in_dataset_fn = False
             runtime.client.fence()
@@ -312,6 +315,17 @@ class WorkerLoop:
             raise TypeError(f"The value the scheduled function returned cannot be sent to the "
                             f"coordinator ({type(exc).__name__}: {exc}); return arrays, numbers or "
                             "structures of them.") from exc
+
+
+def _end_of_sequence(fn: Any, task_id: int) -> OutOfRangeError:
+    """TF's error for a scheduled function whose ``next(iterator)`` found the end of its
+    worker's dataset (a bare StopIteration says nothing, and ends loops it passes through)."""
+    return OutOfRangeError(
+        f"End of sequence: the scheduled function {_function_name(fn)!r} called next() on "
+        f"worker {task_id}'s per-worker iterator, whose dataset has no more elements. "
+        "Each worker iterates its own full copy: `.repeat()` the dataset in dataset_fn to "
+        "train for longer, or catch mpidist.errors.OutOfRangeError around join() to end "
+        "the epoch, as with TensorFlow's ClusterCoordinator.")
 
 
 def _function_name(fn: Any) -> str:

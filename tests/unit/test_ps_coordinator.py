@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import mpidist
-from mpidist.errors import CancelledError, InvalidArgumentError
+from mpidist.errors import CancelledError, InvalidArgumentError, OutOfRangeError
 from mpidist.experimental.partitioners import FixedShardsPartitioner
 from mpidist.experimental.coordinator import (
     ClusterCoordinator,
@@ -51,6 +51,11 @@ def sum_of_next_batch(iterator):
     batch = next(iterator)
     meet()
     return int(np.sum(batch)), worker_index()
+
+
+@mpidist.function
+def next_batch_sum(iterator):
+    return int(np.sum(next(iterator))), worker_index()
 
 
 @mpidist.function
@@ -271,6 +276,22 @@ def test_each_worker_iterates_its_own_copy(two_at_once):
         got = sorted(r.fetch() for r in results)
         assert got == [(6, 0), (6, 1), (22, 0), (22, 1)]
         assert len(per_worker) == len(iterator) == 2
+
+
+@pytest.mark.parametrize("batches,closures", [(1, 2), (2, 3), (3, 7)])
+def test_a_used_up_per_worker_iterator_raises_out_of_range_at_join(batches, closures):
+    """TF: next() past the end of a worker's dataset fails the closure with OutOfRangeError,
+    which join() raises (a bare StopIteration would name nothing); the closures before it ran."""
+    with ps_job(num_workers=1) as (_, coordinator):
+        iterator = iter(coordinator.create_per_worker_dataset(
+            lambda: Dataset.range(4 * batches).batch(4)))
+        results = [coordinator.schedule(next_batch_sum, args=(iterator,))
+                   for _ in range(closures)]
+        with pytest.raises(OutOfRangeError, match=r"End of sequence: the scheduled function "
+                                                  r"'next_batch_sum' .* worker 0's .*repeat"):
+            coordinator.join()
+        assert [r.fetch() for r in results[:batches]] == \
+            [(16 * b + 6, 0) for b in range(batches)]
 
 
 def test_worker_index_inside_dataset_fn(two_at_once):
