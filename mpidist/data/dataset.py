@@ -37,6 +37,7 @@ from mpidist.data.arguments import (
 )
 from mpidist.data.background import iterate_in_background
 from mpidist.data.file_names import file_list, file_name, match_patterns, require_file
+from mpidist.data.finite import require_finite
 from mpidist.data.options import Options
 from mpidist.data.saved_format import (
     check_load_spec,
@@ -258,6 +259,8 @@ class Dataset:
             lambda index, element: shard_func(*element) if type(element) is tuple
             else shard_func(element))
         path = file_name(path, "Dataset.save: path")
+        # before the directory is made: it would never end
+        require_finite(self._chain_from_source(), "Dataset.save")
         if shard_of is None and self._yields_blocks():  # rows from files: whole blocks at once
             context = IterationContext(iteration=next(self._iterations))
             write_dataset(self._blocks(context), self.element_spec, path, blocks=True)
@@ -393,9 +396,8 @@ class Dataset:
         return self._cardinality()
 
     def __len__(self) -> int:
-        n = self.cardinality()
-        if n == INFINITE_CARDINALITY:
-            raise TypeError("The dataset is infinite.")
+        # TF: TypeError "The dataset is infinite."
+        n = require_finite(self._chain_from_source(), "len()", TypeError)
         if n == UNKNOWN_CARDINALITY:
             raise TypeError("The dataset length is unknown.")
         return n
@@ -998,6 +1000,8 @@ class _Skip(_RowOrderOp):
 
     def _apply(self, upstream: Callable[[], Iterator[Element]], ctx: IterationContext
                ) -> Iterator[Element]:
+        if self._count < 0:  # skip all: reads to the end, which an infinite input never reaches
+            require_finite(self._inputs[0]._chain_from_source(), "skip(-1)")
         it = upstream()
         if self._count < 0:
             for _ in it:
@@ -1008,6 +1012,8 @@ class _Skip(_RowOrderOp):
     def _apply_blocks(self, upstream: Callable[[], Iterator[Block]], ctx: IterationContext
                       ) -> Iterator[Block]:
         left = self._count
+        if left < 0:
+            require_finite(self._inputs[0]._chain_from_source(), "skip(-1)")
         for block in upstream():
             if left < 0:
                 continue

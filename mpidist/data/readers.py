@@ -30,6 +30,7 @@ import numpy as np
 from mpidist.core import nest
 from mpidist.data.arguments import count_int, positive_int, short
 from mpidist.data.dataset import AUTOTUNE, Dataset, FileReader
+from mpidist.data.file_kinds import HEAD_BYTES, vet_compression, with_kind_hint
 from mpidist.data.spec import TensorSpec
 from mpidist.errors import DataLossError, InvalidArgumentError
 
@@ -136,6 +137,7 @@ class TextLineDataset(FileReader):
         if num_parallel_reads is not None and num_parallel_reads != AUTOTUNE:
             positive_int("TextLineDataset: num_parallel_reads", num_parallel_reads)
         self._compression = compression_type or None
+        self._compression_arg = compression_type  # as given, for messages ('' or None)
         self._chunk = buffer_size or _TEXT_CHUNK
         self._parallel = num_parallel_reads
         super().__init__(filenames)
@@ -152,19 +154,24 @@ class TextLineDataset(FileReader):
         names = list(self._file_names(ctx))  # this worker's files where FILE sharding splits them
         if not names:
             return
-        one_file = lambda f: TextLineDataset(f, self._compression, self._chunk)  # noqa: E731
+        one_file = lambda f: TextLineDataset(f, self._compression_arg, self._chunk)  # noqa: E731
         lines = Dataset.from_tensor_slices(names).interleave(one_file, cycle_length=self._parallel)
         yield from lines._blocks(ctx.child(salt=-1))
 
     def _raw_chunks(self, path: str) -> Iterator[bytes]:
-        """The file's bytes, decompressed, ``self._chunk`` bytes at a time."""
+        """The file's bytes, decompressed, ``self._chunk`` bytes at a time, once its first
+        bytes agree with compression_type (else an error saying which one to pass)."""
         try:
-            if self._compression == "GZIP":
-                with gzip.open(path, "rb") as f:
-                    while chunk := f.read(self._chunk):
-                        yield chunk
-                return
             with open(path, "rb") as f:
+                head = f.read(HEAD_BYTES)
+                vet_compression(self.reader, path, self._compression, self._compression_arg,
+                                _COMPRESSION[2:], head, len(head) < HEAD_BYTES)
+                f.seek(0)
+                if self._compression == "GZIP":
+                    with gzip.GzipFile(fileobj=f, mode="rb") as unzipped:
+                        while chunk := unzipped.read(self._chunk):
+                            yield chunk
+                    return
                 if self._compression is None:
                     while chunk := f.read(self._chunk):
                         yield chunk
@@ -177,6 +184,8 @@ class TextLineDataset(FileReader):
                     yield out
                 if not inflate.eof:
                     raise EOFError("the zlib stream ends before its end marker")
+        except DataLossError:
+            raise  # vet_compression's, naming the file and the compression_type to pass
         except (EOFError, OSError, zlib.error) as e:
             raise DataLossError(
                 f"TextLineDataset: {path} is not a complete {self._compression} file: {e}. Check "
@@ -337,7 +346,10 @@ class NpyDataset(FileReader):
         super().__init__(filenames)
 
     def _header(self, path: str, f: IO[bytes]) -> _NpyHeader:
-        header = _read_npy_header(f, self.reader, path)
+        try:
+            header = _read_npy_header(f, self.reader, path)
+        except DataLossError as e:  # not a .npy: say what it is, if its first bytes tell
+            raise with_kind_hint(e, path, self.reader) from e.__cause__
         _check_size(self.reader, path, header, os.fstat(f.fileno()).st_size)
         return header
 
@@ -386,8 +398,9 @@ class NpzDataset(FileReader):
         try:
             return zipfile.ZipFile(path)
         except (zipfile.BadZipFile, OSError) as e:
-            raise DataLossError(f"{self.reader}: {path} is not a complete .npz (zip) file: {e}. "
-                                "Re-copy it, or write it with numpy.savez.") from e
+            raise with_kind_hint(DataLossError(
+                f"{self.reader}: {path} is not a complete .npz (zip) file: {e}. Re-copy it, or "
+                "write it with numpy.savez."), path, self.reader) from e
 
     def _members(self, path: str, archive: zipfile.ZipFile) -> dict[str, tuple[str, _NpyHeader]]:
         """{key: (member name, header)} of the chosen arrays, each member's size checked."""
@@ -512,8 +525,9 @@ class ParquetDataset(FileReader):
         try:
             return self._pq.ParquetFile(path)
         except (self._pa.ArrowException, OSError) as e:
-            raise DataLossError(f"{self.reader}: {path} is not a readable Parquet file: {e}. "
-                                "Re-copy it, or write it with pyarrow.parquet.write_table.") from e
+            raise with_kind_hint(DataLossError(
+                f"{self.reader}: {path} is not a readable Parquet file: {e}. Re-copy it, or "
+                "write it with pyarrow.parquet.write_table."), path, self.reader) from e
 
     def _chosen(self, path: str, parquet: Any) -> dict[str, Any]:
         schema = parquet.schema_arrow
@@ -646,8 +660,9 @@ class HDF5Dataset(FileReader):
         try:
             return self._h5py.File(path, "r")
         except OSError as e:
-            raise DataLossError(f"{self.reader}: {path} is not a readable HDF5 file: {e}. Re-copy "
-                                "it, or write it with h5py.") from e
+            raise with_kind_hint(DataLossError(
+                f"{self.reader}: {path} is not a readable HDF5 file: {e}. Re-copy it, or write "
+                "it with h5py."), path, self.reader) from e
 
     def _datasets(self, path: str, f: Any) -> list[Any]:
         """The chosen h5py datasets (flat, in nest order), checked."""
