@@ -59,11 +59,12 @@ def remove_leaked_mpich_segments():
         time.sleep(0.1)
 
 
-def run(nprocs, program, *args, env=None):
-    """``(returncode, output, seconds)`` of ``program args`` on ``nprocs`` ranks; fails on a hang."""
+def run(nprocs, program, *args, env=None, nodes=1):
+    """``(returncode, output, seconds)`` of ``program args`` on ``nprocs`` ranks (on ``nodes``
+    simulated nodes); fails on a hang."""
     argv = [str(PROGRAMS / program), *(str(a) for a in args)]
     start = time.monotonic()
-    code, out = launch(nprocs, argv, LAUNCH_TIMEOUT, env)
+    code, out = launch(nprocs, argv, LAUNCH_TIMEOUT, env, nodes=nodes)
     elapsed = time.monotonic() - start
     what = f"mpiexec -n {nprocs} {program} {' '.join(map(str, args))}"
     assert code is not None, (
@@ -119,6 +120,32 @@ def test_skipped_collective_with_timeout_names_the_missing_rank(nprocs):
         assert f"Ranks that never arrived: [{last}] (rank {last} last entered collective #" \
             in line, line
     assert "uncaught exception; ending the job on every rank" in out, out
+
+
+@pytest.mark.parametrize("nprocs,nodes", [(2, 1), (4, 1), (4, 2)], ids=["2", "4", "4on2nodes"])
+def test_a_rank_frozen_inside_a_collective_is_named(nprocs, nodes):
+    """The last rank enters a collective, then is stopped (SIGSTOP) inside it: every rank
+    entered it, so progress alone cannot tell who is stuck; the silent heartbeat names it,
+    with its pid and host (on two simulated nodes too: its node's rows come from a stuck
+    node-mate)."""
+    last = nprocs - 1
+    code, out, elapsed = run(nprocs, "freeze.py", 3, nodes=nodes)
+    assert_died_quickly(code, out, elapsed)
+    # from the waiting rank's own except (a caught error), or from its watchdog, which ends
+    # the job from a blocking wait
+    found = [(rank, line) for rank, line in
+             reports(out, "rank {rank}: DeadlineExceededError: ")
+             + reports(out, f"[mpidist rank {{rank}} of {nprocs} on ")
+             if "Collective has timed out during execution" in line]
+    assert found, f"no rank reported the timeout:\n{out}"
+    for rank, line in found:
+        assert rank != last, line
+        assert re.search(rf"rank {last} \(pid \d+ on \S+\) has shown no sign of life for "
+                         r"\d+\.\d s: its process is stopped \(SIGSTOP, Ctrl-Z, a debugger\) "
+                         "or frozen", line), line
+        assert "a peer stopped responding" not in line, line
+        names = set(re.findall(r"rank (\d+) \(pid", line))
+        assert names == {str(last)}, line  # the running ranks are not blamed
 
 
 @pytest.mark.parametrize("nprocs", NPROCS)

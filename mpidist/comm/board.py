@@ -4,11 +4,20 @@ Every rank of a node writes its own row in an MPI-3 shared-memory window on each
 (two integer stores, no message), so a rank whose collective has timed out can read which of
 its neighbours never arrived, even while they compute. Ranks on other nodes are asked with a
 message; those that are not stuck in a collective themselves do not answer, which is the answer.
+
+A row also holds the rank's pid and a heartbeat: a thread of the rank stores the monotonic
+clock there every ``PULSE_SECONDS``, whatever the rank is doing. Progress says where a rank is;
+the heartbeat says whether it is alive: a rank stopped (SIGSTOP, Ctrl-Z, a debugger) or frozen
+inside a collective's transfer has entered the collective like the others, and only its silent
+heartbeat names it.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
+import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Self
 
@@ -20,26 +29,32 @@ from mpidist.core.waiting import wait_until
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["ProgressBoard", "RankProgress", "OPERATIONS"]
+__all__ = ["ProgressBoard", "RankProgress", "OPERATIONS", "PULSE_SECONDS"]
 
 # Operation names the board can record; a row stores the index.
 OPERATIONS = ("none", "all_reduce", "broadcast", "all_gather", "all_gather_object", "barrier",
               "finalize")
-_FIELDS = 3  # entered sequence number, operation index, completed sequence number
+# entered sequence number, operation index, completed sequence number, heartbeat (monotonic
+# clock, ms; 0 before the first), pid
+_FIELDS = 5
 _BOARD_TAG = 7_301
+PULSE_SECONDS = 0.25  # the heartbeat's period
 
 
-class RankProgress(tuple[int, str, int]):
-    """``(entered, operation, completed)`` for one rank."""
+class RankProgress(tuple[int, str, int, float, int]):
+    """``(entered, operation, completed, silent, pid)`` for one rank; ``silent``: the seconds
+    since its last heartbeat when the row was read (-1: none yet)."""
 
     __slots__ = ()
 
-    def __new__(cls, entered: int, operation: str, completed: int) -> Self:
-        return super().__new__(cls, (int(entered), str(operation), int(completed)))
+    def __new__(cls, entered: int, operation: str, completed: int, silent: float = -1.0,
+                pid: int = 0) -> Self:
+        return super().__new__(cls, (int(entered), str(operation), int(completed),
+                                     float(silent), int(pid)))
 
-    def __getnewargs__(self) -> tuple[int, str, int]:
+    def __getnewargs__(self) -> tuple[int, str, int, float, int]:
         # Boards travel pickled between nodes: unpickling calls __new__ with these.
-        return self.entered, self.operation, self.completed
+        return self.entered, self.operation, self.completed, self.silent, self.pid
 
     @property
     def entered(self) -> int:
@@ -52,6 +67,14 @@ class RankProgress(tuple[int, str, int]):
     @property
     def completed(self) -> int:
         return self[2]
+
+    @property
+    def silent(self) -> float:
+        return self[3]
+
+    @property
+    def pid(self) -> int:
+        return self[4]
 
 
 class ProgressBoard:
@@ -71,7 +94,19 @@ class ProgressBoard:
             self._rows.append(np.frombuffer(memory, dtype=np.int64, count=_FIELDS))
         self._mine = self._rows[node.Get_rank()]
         self._mine[:] = 0
+        self._mine[4] = os.getpid()
         self._world_ranks = list(node_world_ranks)
+        self._stop = threading.Event()
+        self._pulse = threading.Thread(target=self._beat, name="mpidist-board-pulse",
+                                       daemon=True)
+        self._pulse.start()
+
+    def _beat(self) -> None:
+        mine = self._mine
+        while True:
+            mine[3] = time.monotonic_ns() // 1_000_000  # CLOCK_MONOTONIC: one clock per node
+            if self._stop.wait(PULSE_SECONDS):  # wait-ok: the pulse's period, until free()
+                return
 
     def enter(self, seq: int, operation: str) -> None:
         self._mine[1] = OPERATIONS.index(operation)
@@ -82,7 +117,9 @@ class ProgressBoard:
 
     def snapshot(self) -> dict[int, RankProgress]:
         """``{world_rank: RankProgress}`` for every rank of this node."""
-        return {rank: RankProgress(row[0], OPERATIONS[int(row[1]) % len(OPERATIONS)], row[2])
+        now = time.monotonic_ns() // 1_000_000
+        return {rank: RankProgress(row[0], OPERATIONS[int(row[1]) % len(OPERATIONS)], row[2],
+                                   (now - row[3]) / 1000 if row[3] else -1.0, row[4])
                 for rank, row in zip(self._world_ranks, self._rows)}
 
     def exchange(self, control: MPI.Comm, world_size: int, grace_seconds: float
@@ -107,4 +144,8 @@ class ProgressBoard:
         return known
 
     def free(self) -> None:
+        self._stop.set()
+        self._pulse.join(timeout=5.0)  # it writes into the window: stopped before it is freed
+        if self._pulse.is_alive():  # never seen; a leaked window beats a write to freed memory
+            return
         self._window.Free()

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from mpidist.comm.board import RankProgress
     from mpidist.comm.topology import Topology
 
-__all__ = ["CallEntry", "mismatch_error", "differing_fields", "missing_ranks_report"]
+__all__ = ["CallEntry", "mismatch_error", "differing_fields", "missing_ranks_report",
+           "FROZEN_AFTER_SECONDS"]
 
 CallEntry: TypeAlias = tuple[int, str, Fields, Calls]
 """One rank's collective as it reports it on a mismatch: ``(seq, operation, fields, calls)``."""
@@ -86,15 +87,25 @@ def _collective_advice(entries: Sequence[CallEntry]) -> str:
 
 
 # -- ranks that never arrived ------------------------------------------------------------------
+# A heartbeat this much older than its period means the rank's process is not running: a pulse
+# comes every PULSE_SECONDS even while the rank computes or waits.
+FROZEN_AFTER_SECONDS = 3.0
+
+
 def missing_ranks_report(known: Mapping[int, RankProgress], asked: bool, seq: int,
                          operation: str, topology: Topology) -> str:
     """The sentence naming the ranks that never arrived at collective ``seq`` (``operation``),
     from the progress board rows ``known`` (by rank). ``asked``: whether ranks of other nodes
     were asked for their rows (else only this node's rows are known)."""
-    missing, details = [], []
+    missing, details, frozen = [], [], []
     for rank in range(topology.size):
         progress = known.get(rank)
         host = topology.hosts[rank]
+        if progress is not None and progress.silent > FROZEN_AFTER_SECONDS:
+            frozen.append(rank)
+            details.append(f"rank {rank} (pid {progress.pid} on {host}) has shown no sign of "
+                           f"life for {progress.silent:.1f} s: its process is stopped (SIGSTOP, "
+                           "Ctrl-Z, a debugger) or frozen")
         if progress is None and not asked and rank not in topology.node_ranks:
             details.append(f"rank {rank} (on {host}) is on another node, not "
                            "asked: the MPI thread level is below MULTIPLE")
@@ -117,6 +128,9 @@ def missing_ranks_report(known: Mapping[int, RankProgress], asked: bool, seq: in
                            f"{progress.operation}, not {operation}")
     if missing:
         return f"Ranks that never arrived: {_ranks(missing)} ({'; '.join(details)})."
+    if frozen:
+        return (f"Every rank entered it, and ranks {_ranks(frozen)} stopped responding inside it "
+                f"({'; '.join(details)}).")
     extra = f" ({'; '.join(details)})" if details else ""
     return ("Every rank entered it, so a peer stopped responding inside the collective "
             f"(a crashed process or a network failure){extra}.")
