@@ -16,6 +16,7 @@ import threading
 from types import ModuleType, TracebackType
 from typing import NoReturn
 
+from mpidist.comm.stop_report import install_term_report, report_interrupt
 from mpidist.comm.user_traceback import format_user_traceback
 from mpidist.config import get_config
 from mpidist.launcher_env import Announced, Environ, announced_size, process_manager_agrees
@@ -156,7 +157,10 @@ def install_abort_on_exception() -> None:
 
         def hook(exc_type: type[BaseException], exc: BaseException,
                  tb: TracebackType | None) -> None:
-            if issubclass(exc_type, KeyboardInterrupt) or issubclass(exc_type, SystemExit):
+            if issubclass(exc_type, KeyboardInterrupt):  # a stop, not a failure: one line
+                report_interrupt(rank_label(), tb)
+                return
+            if issubclass(exc_type, SystemExit):
                 previous(exc_type, exc, tb)
                 return
             # The message once, after the user's frames (the traceback ends with it).
@@ -164,4 +168,5 @@ def install_abort_on_exception() -> None:
             abort_job(f"uncaught exception; ending the job on every rank.\n{text}", code=1)
 
         sys.excepthook = hook
+        install_term_report(rank_label)
         _hook_installed = True

@@ -9,9 +9,9 @@ import os
 import sys
 import sysconfig
 import traceback
-from types import TracebackType
+from types import FrameType, TracebackType
 
-__all__ = ["format_user_traceback"]
+__all__ = ["format_user_traceback", "user_location", "innermost_frame"]
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../mpidist
 _STDLIB = tuple(os.path.realpath(sysconfig.get_paths()[key]) for key in ("stdlib", "platstdlib"))
@@ -65,3 +65,23 @@ def format_user_traceback(exc_type: type[BaseException], exc: BaseException,
         text += (f"({hidden} frames inside mpidist not shown; set MPIDIST_FULL_TRACEBACKS=1 to "
                  "see them)\n")
     return text
+
+
+def user_location(frame: FrameType | None) -> str | None:
+    """``file:line in function`` of the innermost frame outside mpidist (and the standard
+    library) on the stack ending at ``frame``; None where there is none."""
+    roots = _library_roots()
+    while frame is not None:
+        code = frame.f_code
+        if not _is_internal(code.co_filename, roots):
+            return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
+        frame = frame.f_back
+    return None
+
+
+def innermost_frame(tb: TracebackType | None) -> FrameType | None:
+    """The frame where the exception of traceback ``tb`` was raised."""
+    frame = None
+    while tb is not None:
+        frame, tb = tb.tb_frame, tb.tb_next
+    return frame

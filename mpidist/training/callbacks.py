@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, cast
 
 import numpy as np
 
+from mpidist.core.saves import forget_save, record_save
 from mpidist.core.signatures import NonNegative, accepts
 from mpidist.training.backup_owner import claim, release
 from mpidist.training.checkpoint import Checkpoint, CheckpointManager
@@ -286,6 +287,9 @@ class BackupAndRestore(Callback):
         loss_sum, count = self._loop.epoch_totals()
         self._progress.assign(np.array([epoch, step, loss_sum, count], np.float64))
         self.manager.save()
+        forget_save("checkpoint", self.backup_dir)  # the record below says it better
+        record_save("backup", self.backup_dir, f"step {self._loop.global_step} in {self.backup_dir}",
+                    "run the same command again: BackupAndRestore resumes from it")
 
     @accepts(batch=Annotated[int, NonNegative()])
     def backup_now(self, batch: int) -> None:

@@ -34,6 +34,7 @@ import numpy as np
 from mpidist.backend import as_array
 from mpidist.core import state
 from mpidist.core.durable import remove_file
+from mpidist.core.saves import record_save
 from mpidist.core.signatures import accepts
 from mpidist.core.user_calls import user_call
 from mpidist.errors import InvalidArgumentError
@@ -350,6 +351,8 @@ class Checkpoint:
                 write_state(directory, path, [path], [time.time()])
 
         coordination.run(f"Writing checkpoint {path!r}", write)
+        record_save("checkpoint", os.path.dirname(path) or os.curdir, path,
+                    f"checkpoint.restore({path!r}) reads it")
         return coordination
 
     # -- restoring ----------------------------------------------------------------------------

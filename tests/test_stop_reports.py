@@ -1,0 +1,112 @@
+"""Stopping a job from outside: each stopped rank prints one line, saying how it was stopped,
+where the program was and what survives (the latest backup and how to resume), never a
+traceback, under MPICH's plain ``mpiexec`` (Hydra) with the MPI library's defaults.
+
+- Ctrl-C: SIGINT to the job's whole process group (what a terminal sends), every rank stopped;
+- SIGTERM to one rank (kill, a time limit, a preemption), which used to end it without a word;
+- a program that handles SIGTERM itself keeps its own handler (unit-tested below).
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mpi_launch import find_hydra
+from mpidist.comm import stop_report
+from mpidist.core import saves
+
+PROGRAM = Path(__file__).parent / "failure_programs" / "stop_fit.py"
+TIMEOUT = 120
+LINE = re.compile(r"^\[mpidist rank (\d+) of (\d+) on \S+\] (interrupted by Ctrl-C \(SIGINT\)|"
+                  r"stopped by SIGTERM \(kill, scancel, a time limit or a preemption\)) at "
+                  r"stop_fit\.py:\d+ in \S+; last backup: step (\d+) in (\S+), \d+ s ago \(run "
+                  r"the same command again: BackupAndRestore resumes from it\)\.$", re.MULTILINE)
+
+
+def stop_job(nprocs, backup_dir, stop):
+    """Start stop_fit.py on ``nprocs`` ranks under Hydra in a new process group, wait until
+    every rank trains, then ``stop(job_process, rank_pids)``; the output and exit code."""
+    hydra = find_hydra()
+    if hydra is None:
+        pytest.skip("needs MPICH's mpiexec.hydra")
+    out_path = Path(backup_dir).parent / "job.out"
+    with open(out_path, "w") as out:
+        job = subprocess.Popen([hydra, "-n", str(nprocs), sys.executable, str(PROGRAM),
+                                str(backup_dir)], stdout=out, stderr=subprocess.STDOUT,
+                               cwd=PROGRAM.parent, start_new_session=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while out_path.read_text().count(": training") < nprocs:
+            assert job.poll() is None, out_path.read_text()
+            assert time.monotonic() < deadline, out_path.read_text()
+            time.sleep(0.1)
+        ranks = subprocess.run(["pgrep", "-f", f"{PROGRAM} {backup_dir}"], capture_output=True,
+                               text=True).stdout.split()
+        stop(job, [int(pid) for pid in ranks])
+        code = job.wait(timeout=TIMEOUT)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    return code, out_path.read_text()
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_prints_one_line_per_rank_naming_the_backup(tmp_path):
+    code, out = stop_job(2, tmp_path / "backup", lambda job, _: os.killpg(job.pid, signal.SIGINT))
+    assert code != 0, out
+    lines = LINE.findall(out)
+    assert sorted(int(rank) for rank, *_ in lines) == [0, 1], out
+    for _, size, how, step, where in lines:
+        assert size == "2" and how.startswith("interrupted by Ctrl-C") and int(step) >= 5, out
+        assert where == str(tmp_path / "backup"), out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_to_one_rank_is_reported_by_that_rank(tmp_path):
+    code, out = stop_job(2, tmp_path / "backup",
+                         lambda job, pids: os.kill(max(pids), signal.SIGTERM))
+    assert code != 0, out
+    lines = LINE.findall(out)
+    assert len(lines) == 1 and lines[0][2].startswith("stopped by SIGTERM"), out
+    assert "Traceback" not in out, out
+
+
+# -- the pieces, in one process ----------------------------------------------------------------
+def test_the_summary_names_the_newest_saves_and_how_to_resume(monkeypatch):
+    monkeypatch.setattr(saves, "_latest", {})
+    assert saves.saves_summary() == "nothing was saved by this run"
+    saves.record_save("checkpoint", "/ck", "/ck/ckpt-1", "checkpoint.restore('/ck/ckpt-1') reads it")
+    saves.record_save("checkpoint", "/bk", "/bk/ckpt-4", "x")
+    saves.forget_save("checkpoint", "/bk")  # a backup's own files: its record says it better
+    saves.record_save("backup", "/bk", "step 40 in /bk", "run the same command again")
+    text = saves.saves_summary()
+    assert text.startswith("last backup: step 40 in /bk, 0 s ago (run the same command again)")
+    assert "last checkpoint: /ck/ckpt-1" in text and "/bk/ckpt-4" not in text
+
+
+def test_a_program_s_own_sigterm_handler_is_kept():
+    def own(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, own)
+    try:
+        stop_report.install_term_report(lambda: "rank 0 of 1 on here")
+        assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_line_points_at_the_user_s_frame():
+    frame = sys._getframe()
+    line = stop_report.stop_line("rank 3 of 4 on n1", stop_report.TERMINATED, frame)
+    assert line.startswith("[mpidist rank 3 of 4 on n1] stopped by SIGTERM (kill, scancel, a "
+                           "time limit or a preemption) at test_stop_reports.py:")
+    assert " in test_the_line_points_at_the_user_s_frame; " in line
