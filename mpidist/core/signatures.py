@@ -6,6 +6,9 @@ decorator (``@accepts(learning_rate=Annotated[float, NonNegative()] | Callable)`
 precedence and are merged into ``__annotations__`` so ``help()`` shows them. Value constraints
 that types cannot say ride in ``typing.Annotated`` (``Positive()``, ``NonNegative()``,
 ``InRange(lo, hi)``, ``NonEmpty()``, ``OneOf(...)``) and known confusions in ``Confusion``.
+A callable argument is declared by the calls its receiver makes of it (``CallShapes``:
+"called as f() or f(step)"), checked against the callable's own signature when it is handed
+over, not at its first call (``check_callable``).
 
 The declarations are read once, on the first call (so hints may name classes of higher layers,
 as strings, without import cycles), and compiled into one predicate per argument: a call costs a
@@ -39,7 +42,8 @@ from mpidist.errors import InvalidArgumentError
 
 __all__ = ["accepts", "Positive", "NonNegative", "InRange", "NonEmpty", "OneOf", "Confusion",
            "ArrayLike", "Number", "DType", "DTypeStructure", "describe_value",
-           "checked_callables", "check_call"]
+           "checked_callables", "check_call", "CallShapes", "check_callable",
+           "positional_arguments"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -108,10 +112,14 @@ class OneOf(Constraint):
 
 
 class Confusion:
-    """A known mistake for one argument: when ``applies(value)``, the message adds ``fix``."""
+    """A known mistake for one argument: when ``applies(value)``, the message adds ``fix`` (a
+    text, or a function of the value that writes it)."""
 
-    def __init__(self, applies: Callable[[Any], bool], fix: str) -> None:
+    def __init__(self, applies: Callable[[Any], bool], fix: str | Callable[[Any], str]) -> None:
         self.applies, self.fix = applies, fix
+
+    def text_for(self, value: Any) -> str:
+        return self.fix(value) if callable(self.fix) else self.fix
 
 
 class _ArrayLike:
@@ -146,7 +154,8 @@ Number = typing.Annotated[float, "number"]
 class _Check:
     """A compiled declaration: ``ok`` tests a value; ``text`` says what is accepted."""
 
-    __slots__ = ("ok", "type_ok", "text", "types", "constraints", "confusions", "element")
+    __slots__ = ("ok", "type_ok", "text", "types", "constraints", "confusions", "element",
+                 "takes_callables")
 
     def __init__(self, ok: Callable[[Any], bool], text: str, types_: tuple[type, ...] = (),
                  element: "_Check | None" = None) -> None:
@@ -154,6 +163,8 @@ class _Check:
         self.type_ok = ok  # ``ok`` without the value constraints: which error type to raise
         self.constraints: list[Constraint] = []
         self.confusions: list[Confusion] = []
+        # a callable is what this argument takes: "call it, f()" is then no fix to suggest
+        self.takes_callables = False
 
 
 def _accept_all(value: Any) -> bool:
@@ -232,6 +243,115 @@ _SCALARS: dict[type, _Check] = {
 }
 
 
+# -- callables, by the calls made of them ---------------------------------------------------------
+def positional_arguments(fn: Any) -> tuple[int, float, tuple[str, ...]] | None:
+    """``(required, most, keyword_only)`` of ``fn``'s signature: how many positional arguments
+    it needs and takes at most (``inf`` with ``*args``), and its keyword-only arguments without
+    a default (a positional call cannot fill them). Functions, lambdas, partials, builtins,
+    bound methods and objects with ``__call__`` alike (``inspect.signature``); None where no
+    signature can be read."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a text signature, an odd object
+        return None
+    required, most, keyword_only = 0, 0.0, []
+    for p in parameters:
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            most += 1
+            required += p.default is p.empty
+        elif p.kind is p.VAR_POSITIONAL:
+            most = math.inf
+        elif p.kind is p.KEYWORD_ONLY and p.default is p.empty:
+            keyword_only.append(p.name)
+    return required, most, tuple(keyword_only)
+
+
+class CallShapes:
+    """Declares a callable argument by the calls its receiver makes of it (a role).
+
+    ``calls`` maps each number of positional arguments the callable may be called with to how
+    that call reads, in order of preference: a learning-rate schedule is
+    ``CallShapes("a learning-rate schedule", {0: "f()", 1: "f(step)"}, example=...)``. A
+    callable fits when its signature takes one of those calls; ``arity`` says which one (the
+    first that fits: ``def f(step=0)`` is called as ``f()``). A class never fits (a role calls
+    a function, not a constructor), nor does a callable that needs a keyword-only argument.
+    Where the signature cannot be read, ``unknown`` calls is assumed (the first by default).
+    ``also`` names what else the argument accepts, for the message (``"a number"``).
+
+    Used as a hint in ``accepts`` (``@accepts(fn=ROLE)``; in a union, spelled
+    ``Annotated[Callable, ROLE]``, e.g. ``list[Variable] | Annotated[Callable, ROLE]``) or
+    directly through ``check_callable``; both raise the same TypeError, naming the callable's
+    signature, the calls accepted and ``example``.
+    """
+
+    def __init__(self, role: str, calls: dict[int, str], example: str,
+                 unknown: int | None = None, also: str | None = None) -> None:
+        self.role, self.calls, self.example = role, dict(calls), example
+        self.unknown = next(iter(self.calls)) if unknown is None else unknown
+        self.text = (f"{also}, or " if also else "") + (
+            f"{role}: a callable called as " + " or ".join(self.calls.values()))
+        self._check: _Check | None = None
+
+    def arity(self, fn: Any) -> int | None:
+        """How many positional arguments to call ``fn`` with, or None where it fits no call."""
+        if isinstance(fn, type) or not callable(fn):
+            return None
+        taken = positional_arguments(fn)
+        if taken is None:
+            return self.unknown
+        required, most, keyword_only = taken
+        if keyword_only:
+            return None
+        for n in self.calls:
+            if required <= n <= most:
+                return n
+        return None
+
+    def misfit(self, fn: Any) -> str:
+        """Why ``fn`` fits no call, and the fix (the TypeError's last sentence)."""
+        counts = " or ".join(map(str, self.calls))
+        if isinstance(fn, type):
+            return (f"pass an instance, {fn.__qualname__}(...), or a function: {self.role} "
+                    f"is called as {' or '.join(self.calls.values())}, e.g. {self.example}")
+        if not callable(fn):
+            return f"pass e.g. {self.example}"
+        taken = positional_arguments(fn)
+        try:
+            signature = str(inspect.signature(fn))
+        except (TypeError, ValueError):
+            signature = "(...)"
+        if taken is not None and taken[2]:
+            why = f"needs the keyword-only argument(s) {', '.join(taken[2])}"
+        elif taken is not None and taken[0] > max(self.calls):
+            why = f"needs {taken[0]} positional argument(s)"
+        else:
+            why = f"takes at most {taken[1]:g} positional argument(s)" if taken else \
+                "cannot be called so"
+        return (f"its signature {signature} {why}, and {self.role} is called with {counts}: "
+                f"write it as e.g. {self.example}")
+
+    def compiled(self) -> "_Check":
+        """The predicate ``accepts`` uses for this hint (built once)."""
+        if self._check is None:
+            check = _Check(lambda v: self.arity(v) is not None, self.text)
+            check.confusions = [Confusion(_accept_all, self.misfit)]
+            check.takes_callables = True
+            self._check = check
+        return self._check
+
+
+def check_callable(fn: Any, shapes: CallShapes, where: str, argument: str) -> int:
+    """The number of positional arguments to call ``fn`` with in the role ``shapes`` declares;
+    else the TypeError ``accepts`` raises for that hint, naming ``where`` (the call, e.g.
+    ``"SGD"``), ``argument``, ``fn``'s signature and the calls accepted. For an argument
+    checked in a function's body (one that also takes non-callables, or is set later as an
+    attribute), at the moment it is handed over."""
+    arity = shapes.arity(fn)
+    if arity is None:
+        _fail(where, argument, shapes.compiled(), fn)
+    return arity  # type: ignore[return-value]  # _fail raised where it is None
+
+
 def _resolve(hint: Any, globalns: dict[str, Any]) -> Any:
     if isinstance(hint, str):
         if "|" in hint and ":" in hint:  # "package.module:Name | None"
@@ -265,6 +385,8 @@ def _compile(hint: Any, globalns: dict[str, Any]) -> _Check:
     hint = _resolve(hint, globalns)
     if hint is Any or hint is object or hint is inspect.Parameter.empty:
         return _ANY
+    if isinstance(hint, CallShapes):
+        return hint.compiled()
     if hint is None or hint is type(None):
         return _Check(lambda v: v is None, "None", (type(None),))
     if hint is _ArrayLike:
@@ -279,6 +401,9 @@ def _compile(hint: Any, globalns: dict[str, Any]) -> _Check:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Annotated:
+        shapes = next((a for a in args[1:] if isinstance(a, CallShapes)), None)
+        if shapes is not None:  # Annotated[Callable, ROLE]: the role's check
+            return shapes.compiled()
         inner = _compile(args[0], globalns)
         if "number" in args[1:]:
             inner = _SCALARS[float]
@@ -304,6 +429,7 @@ def _compile(hint: Any, globalns: dict[str, Any]) -> _Check:
             check = _Check(ok, "", tuple(t for p in parts for t in p.types))
         check.text = " or ".join(p.text for p in parts)
         check.confusions = [c for p in parts for c in p.confusions]
+        check.takes_callables = any(p.takes_callables for p in parts)
         # constraints of a member hold for that member only: kept inside its predicate
         if any(p.constraints for p in parts):
             check.type_ok = check.ok
@@ -321,7 +447,9 @@ def _compile(hint: Any, globalns: dict[str, Any]) -> _Check:
         return _Check(lambda v: isinstance(v, type) and issubclass(v, base),
                       f"a subclass of {base.__qualname__}")
     if hint is collections.abc.Callable or origin is collections.abc.Callable:
-        return _Check(callable, "a callable")
+        check = _Check(callable, "a callable")
+        check.takes_callables = True
+        return check
     if origin in (list, tuple, collections.abc.Sequence, collections.abc.Iterable,
                   collections.abc.Collection, set, frozenset):
         element = _compile(args[0], globalns) if args and args[0] is not Ellipsis else _ANY
@@ -458,12 +586,12 @@ def describe_value(value: Any) -> str:
 
 
 def _fixes(check: _Check, value: Any) -> list[str]:
-    fixes = [c.fix for c in check.confusions if _applies(c, value)]
+    fixes = [c.text_for(value) for c in check.confusions if _applies(c, value)]
     classes = tuple(t for t in check.types if isinstance(t, type) and t not in (type(None),))
     if isinstance(value, type) and classes and any(
             issubclass(value, t) for t in classes if t not in (int, float, bool, str)):
         fixes.append(f"pass an instance, e.g. {value.__qualname__}(...), not the class itself")
-    elif inspect.ismethod(value) or inspect.isfunction(value):
+    elif (inspect.ismethod(value) or inspect.isfunction(value)) and not check.takes_callables:
         fixes.append(f"call it, {getattr(value, '__name__', 'f')}(), to pass its value "
                      "(a method or function was passed, not what it returns)")
     elif isinstance(value, str) and (set(classes) & {int, float}) and _parses(value):
@@ -611,6 +739,7 @@ def accepts(**declared: Any) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
                     full = _Check(_with_constraints(check), check.text, check.types,
                                   check.element)
                     full.type_ok, full.confusions = check.type_ok, check.confusions
+                    full.takes_callables = check.takes_callables
                     check = full
                 checks[p.name] = check
             current[0] = _checker(fn, params, checks, where)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import operator
 import os
 import sys
 import warnings
@@ -40,10 +41,11 @@ from mpidist.strategies.context import get_strategy
 from mpidist.training.losses import check_per_example
 from mpidist.training.traced_errors import (TracedValueError, UnusedVariableWarning, explain,
                                             unused_message)
-from mpidist.values.variables import Variable, record_direct_reads
+from mpidist.values.variables import (Variable, record_direct_reads, traced_reads,
+                                      with_traced_values)
 
 __all__ = ["value_and_grad", "BACKENDS", "model_loss_and_gradients", "model_per_example_loss",
-           "TracedValueError", "UnusedVariableWarning"]
+           "TracedValueError", "UnusedVariableWarning", "gradients_for_minimize"]
 
 BACKENDS = ("autograd", "jax")
 _EXTRA = {"autograd": "autograd", "jax": "jax"}
@@ -85,8 +87,9 @@ def value_and_grad(fn: Any, variables: Any, *args: Any, backend: str | None = No
             Python number out of it, wrote into it, stored it in a NumPy array, mixed
             ``jax.numpy`` with autograd, ...); the message says what and the fix, and the
             backend's own error is its ``__cause__``. A TypeError and a ValueError.
-        TypeError: ``variables`` holds something that is not a Variable, or ``fn`` is not
-            callable.
+        TypeError: ``variables`` holds something that is not a Variable, or a variable that
+            is not floating point (integer, bool: it has no gradient; TF's tape gives None),
+            named with its position; or ``fn`` is not callable.
         ValueError: a variable belongs to another strategy, the loss is not a real scalar,
             or JAX would compute float64 variables in float32.
         ImportError: the backend is not installed (it names the extra to install).
@@ -101,9 +104,50 @@ def value_and_grad(fn: Any, variables: Any, *args: Any, backend: str | None = No
         raise TypeError(f"value_and_grad: fn must be callable (the loss function), got "
                         f"{short_repr(fn)}.")
     single = isinstance(variables, Variable)
-    variable_list = [variables] if single else _variable_list(variables)
-    _check_strategy(variable_list)
+    variable_list = _variable_list(variables)
+    loss, aux, grads, _ = _differentiate(fn, variable_list, single, isinstance(variables, tuple),
+                                         args, kwargs, backend, has_aux, jit)
+    out_grads = grads[0] if single else (tuple(grads) if isinstance(variables, tuple) else grads)
+    return ((loss, aux), out_grads) if has_aux else (loss, out_grads)
+
+
+def gradients_for_minimize(loss: Any, arity: int, variables: Sequence[Variable],
+                           caller: str) -> tuple[Any, list[Any]]:
+    """``(loss value, gradients)`` of ``Optimizer.minimize``'s ``loss`` with respect to
+    ``variables`` (a list), the gradient of a variable the loss does not use being None, as
+    TF's tape gives it (``apply_gradients`` skips such a pair).
+
+    ``arity`` says how ``loss`` is called: 0, TF's ``loss()``, which reads the variables
+    themselves (they read as traced values meanwhile: ``traced_reads``); 1, value_and_grad's
+    ``loss(params)`` with the variables' values in their order. ``caller`` names the call in
+    errors. The backend is picked as value_and_grad's ``backend=None`` picks it."""
+    _variable_list(variables, caller, "var_list")
+    if arity == 0:
+        _autograd_sees_traced_variables()
+
+        def fn(params: Any) -> Any:
+            with traced_reads(variables, params, caller):
+                return loss()
+        fn.__wrapped__ = loss  # type: ignore[attr-defined]  # checks are keyed by the loss
+    else:
+        fn = loss
+    value, _, grads, unused = _differentiate(fn, list(variables), False, False, (), {}, None,
+                                             False, False, every_call=True, caller=caller,
+                                             argument="var_list")
+    return value, [None if i in unused else g for i, g in enumerate(grads)]
+
+
+def _differentiate(fn: Any, variable_list: list[Variable], single: bool, as_tuple: bool,
+                   args: Any, kwargs: Any, backend: str | None, has_aux: bool, jit: bool,
+                   every_call: bool = False, caller: str = "value_and_grad",
+                   argument: str = "variables") -> tuple[Any, Any, list[Any], Sequence[int]]:
+    """value_and_grad's work: ``(loss, aux, gradients, unused)``, ``unused`` the positions of
+    the variables the loss does not use, found the first time ``fn`` is differentiated with
+    respect to these variables (when the UnusedVariableWarning is given), or at every call
+    with ``every_call``."""
+    _check_strategy(variable_list, caller)
     params = [v.current_array() for v in variable_list]
+    _check_floating(variable_list, params, single, caller, argument)
     if jit:
         if backend not in (None, "jax"):
             raise ValueError(f"value_and_grad(jit=True) compiles with JAX; backend={backend!r} "
@@ -118,7 +162,7 @@ def value_and_grad(fn: Any, variables: Any, *args: Any, backend: str | None = No
     if single:
         structured = params[0]
     else:
-        structured = tuple(params) if isinstance(variables, tuple) else params
+        structured = tuple(params) if as_tuple else params
 
     if name == "jax":
         # A CuPy batch (what GPU prefetch delivers) goes to JAX through DLPack like the
@@ -128,7 +172,8 @@ def value_and_grad(fn: Any, variables: Any, *args: Any, backend: str | None = No
     def loss_of(p: Any) -> Any:
         return _loss_and_aux(fn(p, *args, **kwargs), has_aux)
 
-    check = _first_time(fn, variable_list)
+    first = _first_time(fn, variable_list)
+    check = first or every_call
     with record_direct_reads() as reads:
         try:
             if jit:
@@ -144,37 +189,64 @@ def value_and_grad(fn: Any, variables: Any, *args: Any, backend: str | None = No
             if explained is None:
                 raise
             raise explained from err
-    if unused or reads:
-        _warn_unused(variable_list, unused, reads)
-    grads = [_like(g, v) for g, v in zip(grads, params)]
-    out_grads = grads[0] if single else (tuple(grads) if isinstance(variables, tuple) else grads)
-    return ((loss, aux), out_grads) if has_aux else (loss, out_grads)
+    if (unused and first) or reads:
+        _warn_unused(variable_list, unused if first else (), reads, caller)
+    return loss, aux, [_like(g, v) for g, v in zip(grads, params)], unused
 
 
 # -- arguments -------------------------------------------------------------------------------
-def _variable_list(variables: Any) -> list[Any]:
+def _variable_list(variables: Any, caller: str = "value_and_grad",
+                   argument: str = "variables") -> list[Any]:
+    """``variables`` (a Variable, or a list / tuple of them) as a list, checked: TypeError /
+    ValueError naming ``caller``, ``argument`` and the fix, before anything is traced."""
+    if isinstance(variables, Variable):
+        return [variables]
     if not isinstance(variables, (list, tuple)):
         raise TypeError(
-            "value_and_grad: variables must be a Variable or a list / tuple of them (e.g. "
+            f"{caller}: {argument} must be a Variable or a list / tuple of them (e.g. "
             f"model.trainable_variables), got {short_repr(variables)}.")
     if not variables:
-        raise ValueError("value_and_grad: variables is empty; pass the variables to "
+        raise ValueError(f"{caller}: {argument} is empty; pass the variables to "
                          "differentiate with respect to (e.g. model.trainable_variables).")
     for i, v in enumerate(variables):
         if not isinstance(v, Variable):
             raise TypeError(
-                f"value_and_grad: variables[{i}] is {short_repr(v)}, not an mpidist.Variable; "
+                f"{caller}: {argument}[{i}] is {short_repr(v)}, not an mpidist.Variable; "
                 "create the model's parameters as mpidist.Variable inside strategy.scope().")
     return list(variables)
 
 
-def _check_strategy(variables: Any) -> None:
+def _check_floating(variables: Sequence[Variable], params: Sequence[Any], single: bool,
+                    caller: str, argument: str) -> None:
+    """A gradient exists for a floating-point (or complex) variable only. TF's tape gives None
+    for an integer or boolean one, with a logged warning; here it is a TypeError naming the
+    variable before anything is traced (the backend would fail on it with its own casting
+    error, the variable unnamed). Checked on the values' dtypes, in C (a set of a few)."""
+    if all(d.kind in "fc" for d in set(map(_DTYPE, params))):
+        return
+    i = next(i for i, p in enumerate(params) if p.dtype.kind not in "fc")
+    raise _not_floating(variables[i], caller, "" if single else f"{argument}[{i}] ")
+
+
+_DTYPE = operator.attrgetter("dtype")
+
+
+def _not_floating(variable: Variable, caller: str, position: str) -> TypeError:
+    return TypeError(
+        f"{caller}: {position}variable {variable.name!r} has dtype {variable.dtype}, and "
+        "gradients exist for floating-point variables only. Create it with a float dtype "
+        "(dtype=np.float32, or an initial value such as 0.0 rather than 0), or leave it out of "
+        "the variables differentiated (a counter or a mask: trainable=False, and "
+        "differentiate model.trainable_variables).")
+
+
+def _check_strategy(variables: Any, caller: str = "value_and_grad") -> None:
     current = get_strategy()
     for v in variables:
         owner = v.distribute_strategy
         if owner is not None and owner is not current:
             raise ValueError(
-                f"value_and_grad: variable {v.name!r} belongs to {named_instance(owner)} but "
+                f"{caller}: variable {v.name!r} belongs to {named_instance(owner)} but "
                 f"this step runs under {named_instance(current)}; differentiate a model "
                 "created inside the scope of the strategy that runs the step.")
 
@@ -245,7 +317,8 @@ _CHECKED: "weakref.WeakKeyDictionary[Variable, set[tuple[Any, tuple[int, ...]]]]
 def _first_time(fn: Any, variables: Sequence[Variable]) -> bool:
     """Whether ``fn`` is differentiated for the first time with respect to ``variables`` (the
     unused-variable check runs then: it is a property of the loss's code, not of a step)."""
-    key = (getattr(fn, "__code__", fn), tuple(id(v) for v in variables))
+    loss = getattr(fn, "__wrapped__", fn)  # a decorated loss, or minimize's: the user's own
+    key = (getattr(loss, "__code__", loss), tuple(id(v) for v in variables))
     seen = _CHECKED.setdefault(variables[0], set())
     if key in seen:
         return False
@@ -255,14 +328,30 @@ def _first_time(fn: Any, variables: Sequence[Variable]) -> bool:
     return True
 
 
-def _warn_unused(variables: Any, unused: Any, reads: Any) -> None:
+def _warn_unused(variables: Any, unused: Any, reads: Any, caller: str = "value_and_grad"
+                 ) -> None:
     """The UnusedVariableWarning for the variables at positions ``unused`` and for those of
-    ``variables`` the loss read directly (``reads``, from ``record_direct_reads``)."""
+    ``variables`` the loss read directly (``reads``, from ``record_direct_reads``), pointing
+    at the line that called value_and_grad (or minimize, ``caller``)."""
     mine = {id(v) for v in variables}
     read = list(dict.fromkeys(v.name for v in reads if id(v) in mine))
-    if unused or read:
-        warnings.warn(unused_message([variables[i].name for i in unused], read),
-                      UnusedVariableWarning, stacklevel=3)
+    if not (unused or read):
+        return
+    names = [variables[i].name for i in unused]
+    # _warn_unused < _differentiate < value_and_grad < its argument check < the caller, or
+    # ... < gradients_for_minimize < minimize < its argument check < the caller
+    level = 5 if caller == "value_and_grad" else 6
+    if caller == "value_and_grad" or read:  # (minimize's loss(params) read a variable)
+        text = unused_message(names, read)
+        warnings.warn(f"{caller}:" + text.removeprefix("value_and_grad:"),
+                      UnusedVariableWarning, stacklevel=level)
+    else:  # minimize's loss(): it reads the variables themselves (a constant read raised)
+        warnings.warn(
+            f"{caller}: the loss does not depend on variable(s) "
+            f"{', '.join(map(repr, names))}: they get no gradient and are not updated (TF: "
+            "\"Gradients do not exist for variables ... when minimizing the loss\"). Leave them "
+            "out of var_list, or check that the loss uses them.",
+            UnusedVariableWarning, stacklevel=level)
 
 
 def _like(grad: Any, param: Any) -> Any:
@@ -328,6 +417,31 @@ def _autograd_tap() -> Any:
 
     defvjp(tapped, tap_vjp)
     return tapped
+
+
+@functools.cache
+def _autograd_sees_traced_variables() -> None:
+    """Let autograd's functions take a variable inside ``traced_reads`` for its traced value
+    (minimize's ``loss()``, as TF's tape watches variables): ``anp.sum(w)``, ``anp.dot(x, w)``
+    and ``h + b`` with ``h`` traced (autograd's ``h.__add__(b)`` is ``anp.add(h, b)``) would
+    otherwise read ``w`` / ``b`` as a constant. Every autograd primitive finds its traced
+    arguments through ``autograd.tracer.find_top_boxed_args(args)``; this wraps it to hand it
+    the traced values first (``with_traced_values``: the arguments themselves on any thread
+    not inside ``traced_reads``). Where autograd has no such function, nothing is wrapped and a
+    constant read stays the TypeError ``traced_reads`` raises."""
+    try:
+        from autograd import tracer  # noqa: PLC0415 - an optional extra
+    except ImportError:
+        return
+    find = getattr(tracer, "find_top_boxed_args", None)
+    if not callable(find) or getattr(find, "__mpidist_wrapped__", False):
+        return
+
+    def find_top_boxed_args(args: Any) -> Any:
+        return find(with_traced_values(args))
+
+    find_top_boxed_args.__mpidist_wrapped__ = True  # type: ignore[attr-defined]
+    tracer.find_top_boxed_args = find_top_boxed_args
 
 
 # -- JAX ----------------------------------------------------------------------------------------

@@ -15,18 +15,19 @@ replicas' fused or per-variable path here, or the parameter servers (``mpidist.p
 
 import contextlib
 import weakref
-from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Annotated, Any, cast
 
 import numpy as np
 
 from mpidist.backend import array_module
 from mpidist.core import state
 from mpidist.core.messages import short_repr
-from mpidist.core.signatures import accepts
+from mpidist.core.signatures import CallShapes, accepts, check_callable, describe_value
 from mpidist.core.user_calls import user_call
 from mpidist.strategies.context import get_replica_context, get_strategy, in_cross_replica_context
 from mpidist.strategies.default import get_default_strategy
+from mpidist.training.autodiff import gradients_for_minimize
 from mpidist.training.fused_apply import HEAD, FusedPlan, components_of, grads_per_device
 from mpidist.training.gradient_checks import GradientChecks
 from mpidist.training.deferred_restore import restore_deferred
@@ -66,12 +67,46 @@ def _components(x: Any) -> Any:
 
 _VARIABLES = "mpidist.values.variables:Variable | mpidist.ps.sharded_variable:ShardedVariable"
 
+# The callables an optimizer takes, by the calls it makes of them (checked when handed over,
+# not at their first call: core.signatures.CallShapes).
+LEARNING_RATE = CallShapes(
+    "a learning-rate schedule",
+    {0: "f() (Keras's callable learning rate: the current rate)",
+     1: "f(step) (a schedule, like Keras's LearningRateSchedule: the rate after `step` updates)"},
+    example="lambda: 0.1, or lambda step: 0.1 * 0.96 ** step", unknown=1, also="a number")
+LOSS = CallShapes(
+    "the loss minimize differentiates",
+    {0: "loss() (TF's: it reads the variables of var_list)",
+     1: "loss(params) (value_and_grad's: the values of var_list, in order)"},
+    example="lambda: ((w - 3.0) ** 2).sum()")
+VAR_LIST = CallShapes("a var_list callable", {0: "var_list()"},
+                      example="lambda: model.trainable_variables")
+
+
+def _numbers_only(owner: str, **values: Any) -> None:
+    """TypeError for a callable given as a hyperparameter that only takes a number here
+    (Keras 2 also called a zero-argument callable for momentum, beta_1, beta_2 and epsilon;
+    here only learning_rate takes one): named at construction, not as "must be a number"."""
+    for argument, value in values.items():
+        if callable(value):
+            raise TypeError(
+                f"{owner}: argument {argument!r} got {describe_value(value)}; it accepts a "
+                "number (of the optimizer's hyperparameters only learning_rate takes a "
+                f"callable). Fix: pass its value, e.g. {argument}={_EXAMPLE_VALUES[argument]}.")
+
+
+_EXAMPLE_VALUES = {"momentum": 0.9, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7,
+                   "clipnorm": 1.0, "clipvalue": 0.5, "global_clipnorm": 1.0}
+
+
 class Optimizer:
     """Base class: gradient aggregation, clipping, slots, ``iterations`` and checkpointing.
 
     Args:
-        learning_rate: a float, or a callable ``f(step) -> float`` called with the number of
-            updates applied so far.
+        learning_rate: a float; or a callable, told apart by its signature when it is set:
+            ``f()`` (Keras's callable learning rate, called at every update) or ``f(step)``
+            (a schedule, like Keras's ``LearningRateSchedule``, called with the number of
+            updates applied so far). Another signature is a TypeError naming it.
         clipnorm: clip each gradient to this L2 norm (after the all-reduce, as Keras does).
         clipvalue: clip each gradient element to ``[-clipvalue, clipvalue]``.
         global_clipnorm: clip all gradients together to this global L2 norm.
@@ -96,8 +131,8 @@ class Optimizer:
 
     def __init__(self, learning_rate: Any, clipnorm: Any = None, clipvalue: Any = None,
                  global_clipnorm: Any = None, name: Any = "Optimizer") -> None:
-        if not callable(learning_rate):
-            learning_rate = _positive_float("learning_rate", learning_rate, allow_zero=True)
+        _numbers_only(type(self).__name__, clipnorm=clipnorm, clipvalue=clipvalue,
+                      global_clipnorm=global_clipnorm)
         if sum(x is not None for x in (clipnorm, clipvalue, global_clipnorm)) > 1:
             raise ValueError("Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set.")
         self.clipnorm = None if clipnorm is None else _positive_float("clipnorm", clipnorm)
@@ -106,8 +141,8 @@ class Optimizer:
                                 else _positive_float("global_clipnorm", global_clipnorm))
         if not isinstance(name, str):
             raise TypeError(f"Optimizer name must be a string, got {name!r}.")
-        self.learning_rate = learning_rate
         self.name = name
+        self.learning_rate = learning_rate  # (checked by the property's setter)
         self._strategy = get_strategy()
         with self._strategy.scope():
             self._iterations = Variable(np.int64(0), trainable=False, name=f"{name}/iterations",
@@ -139,13 +174,30 @@ class Optimizer:
     def _slot_names(self) -> tuple[str, ...]:
         return self._rule.slots if self._rule is not None else ()
 
+    @property
+    def learning_rate(self) -> Any:
+        """A number, or a callable: ``f()`` (Keras's callable learning rate) or ``f(step)``
+        (a schedule of the updates applied so far), told apart by its signature when it is
+        set (``LEARNING_RATE``); a callable that fits neither is a TypeError then. Set it at
+        any time (Keras's learning-rate callbacks do): the next update uses it."""
+        return self._learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value: Any) -> None:
+        if callable(value):
+            self._lr_arity = check_callable(value, LEARNING_RATE, type(self).__name__,
+                                            "learning_rate")
+        else:
+            value = _positive_float("learning_rate", value, allow_zero=True)
+        self._learning_rate = value
+
     def _current_learning_rate(self, step: int | None = None) -> Any:
         """The learning rate at ``step`` (default: the current ``iterations``)."""
-        lr = self.learning_rate
+        lr = self._learning_rate
         if not callable(lr):
             return lr
         step = int(np.asarray(self._iterations)) if step is None else step
-        value = lr(step)
+        value = lr(step) if self._lr_arity else lr()
         if not _is_real_scalar(value):
             raise TypeError(
                 f"The learning_rate schedule of optimizer {self.name!r} returned {value!r} for "
@@ -274,6 +326,68 @@ class Optimizer:
         return {"iterations": self._iterations, "slots": slots}
 
     # -- applying -----------------------------------------------------------------------------
+    @accepts(var_list=Iterable[_VARIABLES] | Variable  # type: ignore[valid-type]  # accepts
+             | Annotated[Callable, VAR_LIST])  # reads the string
+    def minimize(self, loss: Any, var_list: Any, tape: Any = None) -> Variable:
+        """One update that lowers ``loss`` (TF's ``Optimizer.minimize``): the gradients of
+        ``loss`` with respect to ``var_list``, then ``apply_gradients``. Returns what that
+        returns, the ``iterations`` variable.
+
+        Args:
+            loss: A callable returning the scalar loss: TF's ``loss()``, which reads the
+                variables of ``var_list`` (``lambda: ((w - 3.0) ** 2).sum()``), or
+                value_and_grad's ``loss(params)``, which takes their values in order. Written
+                with ``autograd.numpy`` (or ``jax.numpy``, GPU variables): it is
+                differentiated by ``mpidist.autodiff.value_and_grad``'s machinery. Inside
+                ``loss()`` the variables read as traced values wherever a read can carry the
+                gradient (``x @ w + b``, ``w ** 2``, ``w[i]``, ``w.value()``, autograd's
+                functions of ``w``); a constant read (``np.asarray(w)``, a plain NumPy
+                function of ``w``, ``w.numpy()``, ``float(w)``) is a TypeError naming it. A
+                loss value computed beforehand is a ValueError, as TF's without a tape.
+            var_list: The variables to update: a list or tuple of them (one variable is
+                taken as a list of one, as TF flattens it), or a zero-argument callable
+                returning one (called before the loss here).
+            tape: TF's GradientTape; mpidist has none: only None.
+
+        A variable the loss does not use gets no gradient and is not updated (TF's None
+        gradient); an integer or boolean variable is a TypeError. Like ``apply_gradients``,
+        call it inside ``strategy.run`` (each replica's gradients are summed), or outside any
+        strategy scope; in cross-replica context it raises TF's RuntimeError before the loss
+        runs.
+        """
+        self._require_replica_context("minimize")
+        where = f"{type(self).__name__}.minimize"
+        if tape is not None:
+            raise ValueError(
+                f"{where}: argument 'tape' got {short_repr(tape)}; mpidist has no "
+                "GradientTape: pass the loss as a callable (loss=lambda: ...) and leave tape "
+                "None, or compute the gradients with mpidist.autodiff.value_and_grad and call "
+                "apply_gradients.")
+        if not callable(loss):
+            raise ValueError(
+                f"{where}: `tape` is required when a `Tensor` loss is passed (TF's error): "
+                f"argument 'loss' got {short_repr(loss)}, a value computed beforehand, which "
+                "carries no gradient. Pass the computation instead, a callable: "
+                f"loss=lambda: <the expression>, e.g. {LOSS.example}.")
+        arity = check_callable(loss, LOSS, where, "loss")
+        if callable(var_list) and not isinstance(var_list, Variable):
+            var_list = var_list()  # (its signature was checked on entry)
+        variables = var_list
+        if isinstance(var_list, Variable):
+            variables = [var_list]  # TF flattens var_list: one variable is a list of one
+        elif isinstance(var_list, Iterable) and not isinstance(var_list, (list, tuple, str)):
+            variables = list(var_list)  # (anything else: gradients_for_minimize names it)
+        _, grads = gradients_for_minimize(loss, arity, variables, where)
+        return self.apply_gradients(zip(grads, variables))
+
+    def _require_replica_context(self, method: str) -> None:
+        """TF's RuntimeError for an update asked in cross-replica context (inside a
+        strategy's scope, outside its run); none outside every scope."""
+        if in_cross_replica_context() and not state.current_mode().is_default:
+            raise RuntimeError(
+                f"`{method}() cannot be called in cross-replica context. Use "
+                "`mpidist.Strategy.run` to enter replica context.")
+
     @accepts(experimental_aggregate_gradients=bool)
     def apply_gradients(self, grads_and_vars: Any, name: Any = None,
                         experimental_aggregate_gradients: bool = True) -> Variable:
@@ -286,11 +400,7 @@ class Optimizer:
         Collective under MultiWorkerMirroredStrategy: every rank must call it, in the same order
         and with the same arguments (docs/multi_worker.md, "Collective calls").
         """
-        mode = state.current_mode()
-        if in_cross_replica_context() and not mode.is_default:
-            raise RuntimeError(
-                "`apply_gradients() cannot be called in cross-replica context. Use "
-                "`mpidist.Strategy.run` to enter replica context.")
+        self._require_replica_context("apply_gradients")
         strategy = get_strategy()
         return cast(Variable, strategy.extended.update_applier.apply_gradients(
             self._updates, strategy, grads_and_vars, name, experimental_aggregate_gradients))
@@ -677,6 +787,7 @@ class SGD(Optimizer):
 
     def __init__(self, learning_rate: Any = 0.01, momentum: Any = 0.0, nesterov: Any = False,
                  name: Any = "SGD", **kwargs: Any) -> None:
+        _numbers_only(type(self).__name__, momentum=momentum)
         with_momentum = MomentumRule(momentum, nesterov)  # checks both
         self.momentum, self.nesterov = with_momentum.momentum, with_momentum.nesterov
         self._rule = with_momentum if self.momentum else SGDRule()
@@ -694,6 +805,7 @@ class Adam(Optimizer):
     def __init__(self, learning_rate: Any = 0.001, beta_1: Any = 0.9, beta_2: Any = 0.999,
                  epsilon: Any = 1e-7, amsgrad: Any = False, name: Any = "Adam",
                  **kwargs: Any) -> None:
+        _numbers_only(type(self).__name__, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon)
         self._rule = AdamRule(beta_1, beta_2, epsilon, amsgrad)
         self.beta_1, self.beta_2 = self._rule.beta_1, self._rule.beta_2
         self.epsilon, self.amsgrad = self._rule.epsilon, self._rule.amsgrad

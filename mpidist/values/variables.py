@@ -24,11 +24,13 @@ from mpidist.core.signatures import DType, accepts, check_call
 from mpidist.errors import InvalidArgumentError
 from mpidist.types import Array, VariableAggregation, VariableSynchronization
 from mpidist.values.containers import DistributedValues, PerReplica
+from mpidist.values.assignment import checked_update
 from mpidist.values.indexed_slices import IndexedSlices, row_indices
+from mpidist.values.sliced import sliced
 from mpidist.values.variable_base import VariableBase, as_aggregation, as_synchronization
 
 __all__ = ["Variable", "as_aggregation", "as_synchronization", "initial_array", "Casting",
-           "Shape", "record_direct_reads"]
+           "Shape", "record_direct_reads", "traced_reads", "with_traced_values"]
 
 Casting: TypeAlias = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
 """NumPy's casting rules, as ``np.can_cast`` names them."""
@@ -40,35 +42,113 @@ Shape: TypeAlias = Sequence[int] | int
 # Reads of a variable as a value (``w.numpy()``, ``np.asarray(w)``, ``x @ w``) while
 # value_and_grad traces a loss on this thread: the autodiff library sees such a read as a
 # constant, so a loss that reads a variable it differentiates loses that part of the gradient.
-# The count lets a read skip the thread-local lookup when no thread is recording.
+# Optimizer.minimize differentiates a loss that reads the variables themselves, as TF's tape
+# watches them: inside ``traced_reads`` the reads that can carry a trace (operators, indexing,
+# ``value()``) give the traced value that stands for the variable, and the others raise.
+# The count lets a read skip the thread-local lookup when no thread is recording or tracing.
 _recording = 0
 _recording_lock = threading.Lock()
 _reads = threading.local()
 
 
 @contextlib.contextmanager
-def record_direct_reads() -> Iterator[list["Variable"]]:
-    """``with record_direct_reads() as reads:`` lists the variables this thread reads as
-    values inside the block (in order, repeats kept); nested blocks each see their own."""
+def _counted() -> Iterator[None]:
     global _recording
-    seen: list[Variable] = []
-    outer = getattr(_reads, "seen", None)
-    _reads.seen = seen
     with _recording_lock:
         _recording += 1
     try:
-        yield seen
+        yield
     finally:
         with _recording_lock:
             _recording -= 1
+
+
+@contextlib.contextmanager
+def record_direct_reads() -> Iterator[list["Variable"]]:
+    """``with record_direct_reads() as reads:`` lists the variables this thread reads as
+    values inside the block (in order, repeats kept); nested blocks each see their own."""
+    seen: list[Variable] = []
+    outer = getattr(_reads, "seen", None)
+    _reads.seen = seen
+    try:
+        with _counted():
+            yield seen
+    finally:
         _reads.seen = outer
 
 
-def _note_read(variable: "Variable") -> None:
+@contextlib.contextmanager
+def traced_reads(variables: Sequence["Variable"], values: Sequence[Any],
+                 caller: str = "Optimizer.minimize") -> Iterator[None]:
+    """Inside the block, on this thread, each of ``variables`` reads as the traced value of
+    ``values`` at its position wherever a read can carry the trace (``w * x``, ``x @ w``,
+    ``-w``, ``w[i]``, ``iter(w)``, ``w.value()``, ``w.read_value()``), so a loss that reads the
+    variables themselves (TF's ``minimize(loss, var_list)``) is differentiated with respect to
+    them. Reads that give a constant (``np.asarray(w)``, a NumPy function of ``w``,
+    ``w.numpy()``, ``float(w)``) raise TypeError naming the variable and ``caller``: the
+    gradient through them would be lost without a word."""
+    traced = {id(v): (v, t) for v, t in zip(variables, values)}
+    outer, outer_caller = getattr(_reads, "traced", None), getattr(_reads, "caller", None)
+    _reads.traced = traced if outer is None else {**outer, **traced}
+    _reads.caller = caller
+    try:
+        with _counted():
+            yield
+    finally:
+        _reads.traced, _reads.caller = outer, outer_caller
+
+
+def with_traced_values(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` with each variable that reads as a traced value on this thread (inside
+    ``traced_reads``) replaced by that value; ``args`` itself where there is none. For an
+    autodiff library's own look at a function's arguments (autodiff wires it into autograd,
+    whose functions otherwise take a variable for a constant)."""
+    if not _recording:
+        return args
+    traced = getattr(_reads, "traced", None)
+    if traced is None:
+        return args
+    return tuple(traced[id(a)][1] if isinstance(a, Variable) and id(a) in traced else a
+                 for a in args)
+
+
+def _traced_or_noted(variable: "Variable") -> Any:
+    """(A read while some thread records or traces.) The traced value standing for
+    ``variable`` inside ``traced_reads``; else None, the read noted for
+    ``record_direct_reads``."""
+    traced = getattr(_reads, "traced", None)
+    if traced is not None:
+        entry = traced.get(id(variable))
+        if entry is not None:
+            return entry[1]
+    seen = getattr(_reads, "seen", None)
+    if seen is not None:
+        seen.append(variable)
+    return None
+
+
+def _read(variable: "Variable") -> Any:
+    """What arithmetic on ``variable`` reads: ``current_array()``, or the traced value inside
+    ``traced_reads``."""
     if _recording:
-        seen = getattr(_reads, "seen", None)
-        if seen is not None:
-            seen.append(variable)
+        traced = _traced_or_noted(variable)
+        if traced is not None:
+            return traced
+    return variable.current_array()
+
+
+def _note_read(variable: "Variable") -> None:
+    """A read that gives a constant (``numpy()``, ``__array__``, ``float()``): noted, and
+    refused inside ``traced_reads`` for a variable being differentiated."""
+    if _recording and _traced_or_noted(variable) is not None:
+        caller = getattr(_reads, "caller", None) or "Optimizer.minimize"
+        raise TypeError(
+            f"{caller}: the loss read variable {variable.name!r} as a constant "
+            "(np.asarray(w), a plain NumPy function of w such as np.sum(w), w.numpy(), "
+            "float(w); with JAX, a jax.numpy function of w), so the gradient through that read "
+            "would be lost. Use w itself (w * x, x @ w + b, w[i], autograd.numpy functions "
+            "such as anp.sum(w)) or w.value() there (jnp.sum(w.value())), or pass a loss that "
+            "takes the values, loss(params), as value_and_grad's loss functions do.")
 
 
 class _VariableMeta(type):
@@ -208,7 +288,10 @@ class Variable(VariableBase, metaclass=_VariableMeta):
 
     def value(self) -> Array:
         """A snapshot of the current value (an array on the variable's device)."""
-        _note_read(self)
+        if _recording:
+            traced = _traced_or_noted(self)
+            if traced is not None:  # inside traced_reads: the value being differentiated
+                return traced
         return self.current_array().copy()
 
     def read_value(self) -> Array:
@@ -274,12 +357,16 @@ class Variable(VariableBase, metaclass=_VariableMeta):
         return len(self.current_array())
 
     def __iter__(self) -> Iterator[Any]:
-        _note_read(self)
-        return iter(self.current_array())
+        return iter(_read(self))
 
     def __getitem__(self, key: Any) -> Any:
-        _note_read(self)
-        return self.current_array()[key]
+        """``v[key]``: the value of that part, which, as in TF, can be assigned to:
+        ``v[0].assign(1.0)``, ``v[1:3].assign_add(x)`` (``mpidist.values.sliced``)."""
+        if _recording:
+            traced = _traced_or_noted(self)
+            if traced is not None:  # inside traced_reads: a part of the traced value
+                return traced[key]
+        return sliced(self, key, self.current_array()[key])
 
     def __repr__(self) -> str:
         try:
@@ -326,40 +413,10 @@ class Variable(VariableBase, metaclass=_VariableMeta):
         """``value`` as an array ready to store in this variable: the same shape and a dtype
         that casts to the variable's under ``casting``. Raises TypeError / ValueError naming
         the variable and the fix otherwise; writes nothing."""
-        if traced_kind(value) is not None:
-            raise traced_error(value, f"Assigning to variable {self._name!r}",
-                               "assign after value_and_grad returns, from the values it "
-                               "returns (has_aux=True gives back any extra output)")
         if isinstance(value, Variable):
             value = value.current_array()
-        if isinstance(value, PerReplica):
-            value.__array__()  # raises TF's message: use strategy.run / reduce
-        try:
-            arr = as_array(value, self._device)
-        except ValueError:  # a ragged nested list has no array form
-            raise ValueError(
-                f"Cannot assign {short_repr(value)} to variable {self._name!r}: it is not an array "
-                f"of shape {self.shape}; pass an array or a nested list of equal-length rows."
-            ) from None
-        kind, own = arr.dtype.kind, self.dtype.kind
-        if (kind in "OSUV" or kind == "b") and kind != own:
-            raise TypeError(
-                f"Cannot assign {short_repr(value)} (dtype {arr.dtype}) to variable {self._name!r} "
-                f"of dtype {self.dtype}: pass a numeric array of shape {self.shape}"
-                + (" (booleans are not numbers here: cast with .astype first)." if kind == "b"
-                   else ".")
-            )
-        if tuple(arr.shape) != self.shape:
-            raise ValueError(
-                f"Cannot assign a value of shape {tuple(arr.shape)} to variable {self._name!r} of "
-                f"shape {self.shape}: the shapes must match exactly."
-            )
-        if not np.can_cast(arr.dtype, self.dtype, casting=casting):
-            raise TypeError(
-                f"Cannot assign a value of dtype {arr.dtype} to variable {self._name!r} of dtype "
-                f"{self.dtype}; cast it first (e.g. np.asarray(value, dtype={self.dtype.name!r}))."
-            )
-        return arr
+        return checked_update(value, f"variable {self._name!r}", self.shape, self.dtype,
+                              self._device, casting)
 
     def write_prepared(self, kind: str, arr: Array) -> None:
         """Write ``arr`` (from ``prepare_assignment``) into the value in place: ``kind`` is
@@ -508,11 +565,10 @@ def _about(exc: Exception, call: str, argument: str) -> Exception:
 
 def _binary(name: str) -> Callable[[Variable, Any], Any]:
     def method(self: Variable, other: Any) -> Any:
-        _note_read(self)
+        mine = _read(self)
         if isinstance(other, Variable):
-            _note_read(other)
-            other = other.current_array()
-        return getattr(self.current_array(), name)(other)
+            other = _read(other)
+        return getattr(mine, name)(other)
 
     method.__name__ = name
     return method
@@ -527,8 +583,7 @@ for _name in ("lt", "le", "gt", "ge"):
 
 def _unary(name: str, op: Callable[[Any], Any]) -> Callable[[Variable], Any]:
     def method(self: Variable) -> Any:
-        _note_read(self)
-        return op(self.current_array())
+        return op(_read(self))
 
     method.__name__ = name
     return method

@@ -230,7 +230,7 @@ class World:
             "sparse_delta": mpidist.IndexedSlices(np.ones((1,)), np.array([0]), (3,)),
             "var_list": [self.v], "var": self.v, "variables": [self.v],
             "grads_and_vars": [(np.ones(3), self.v)], "slot_name": "momentum",
-            "totals": np.array([1.0, 2.0]),
+            "totals": np.array([1.0, 2.0]), "loss": lambda: (self.v * self.v).sum(),
             "learning_rate": 0.1, "model": self.model, "dataset": self.dataset,
             "optimizer": self.opt, "epochs": 1, "steps_per_epoch": 1, "verbose": 0,
             "fn": lambda: 1.0, "map_func": lambda *a: a, "reduce_func": lambda s, x: s,
@@ -431,6 +431,7 @@ def _built(optimizer, variables):
 IN_REPLICA = {"compute_average_loss", "scale_regularization_loss", "SGD.apply_gradients",
               "Adam.apply_gradients", "Optimizer.apply_gradients", "SGD.apply_mean_gradients",
               "Adam.apply_mean_gradients", "Optimizer.apply_mean_gradients",
+              "SGD.minimize", "Adam.minimize", "Optimizer.minimize",
               "ReplicaContext.all_gather",
               "ReplicaContext.all_reduce", "ReplicaContext.merge_call"}
 
