@@ -128,8 +128,9 @@ def _run_and_report(command: Sequence[str], report_dir: str | None) -> int:
         received = forward_signals(child)
         returncode, segments = _wait_noting_segments(child)
         stop_forwarding()  # a late signal must not end the guard in place of its exit code
-        # also those that appeared while it ran: a short-lived rank dies between two looks
-        segments |= leftovers.present() - before
+        if not segments:  # it died before the first look: those that appeared meanwhile
+            # (clearing keeps any a live process maps or has open, another job's included)
+            segments = leftovers.present() - before
         if returncode == 0:
             _record_finished()
         elif not received:  # after a forwarded signal the launcher speaks
@@ -160,13 +161,17 @@ def _record_finished() -> None:
 
 def _wait_noting_segments(child: subprocess.Popen[bytes]) -> tuple[int, set[str]]:
     """Wait for ``child``; ``(returncode, the MPI shared-memory segments it mapped)``, read
-    from /proc every second while it runs (after it died, /proc no longer says)."""
+    from /proc while it runs (after it died, /proc no longer says): often at first, where MPI
+    starts, then every second. Only its own, where it lived to be looked at: not a segment
+    another job on the node created meanwhile."""
     segments: set[str] = set()
+    look = 0.05
     while True:
         try:
-            return child.wait(timeout=1.0), segments  # wait-ok: lives as long as its program
+            return child.wait(timeout=look), segments  # wait-ok: lives as long as its program
         except subprocess.TimeoutExpired:
             segments |= leftovers.segments_mapped_by(child.pid)
+            look = min(1.0, 2 * look)
 
 
 def _say(cleared: leftovers.Cleared) -> None:

@@ -16,6 +16,13 @@ other ranks still map them (mpiexec kills them only after this rank's guard has 
 detached cleaner (``python -m mpidist.launch.leftovers``) waits for them to go, up to
 ``LINGER_SECONDS``, and then clears; what even that misses, the next guard on the node clears.
 
+The cleaner fails closed: it removes only this user's segments, and only when it could look at
+every process of this user (each one's memory maps and open files: MPICH opens a segment
+before it maps it), none of which has the segment's file (compared by inode, so a new job's
+segment under a reused name is never taken for the dead one's); a segment other users may open
+(its mode lets them) stays unless their processes could be seen too. Just before the unlink it
+checks that the name still holds the inode it judged.
+
 Where the launcher kills the guards with their ranks (Slurm after an ``MPI_Abort`` or a rank's
 bad exit under ``--kill-on-bad-exit``), no guard is left to clear. The batch scripts in slurm/
 then run ``python -m mpidist.launch.leftovers --stale`` once on every node of the job
@@ -25,15 +32,17 @@ be removed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import stat
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["SHM", "PREFIXES", "present", "segments_mapped_by", "mapped_segments",
-           "clear_stale", "clear_unused", "clear_when_unused", "Cleared"]
+__all__ = ["SHM", "PREFIXES", "present", "segments_mapped_by", "mapped_segments", "usage",
+           "Usage", "clear_stale", "clear_unused", "clear_when_unused", "Cleared"]
 
 SHM = Path("/dev/shm")
 PREFIXES = ("mpich_", "ucx_")
@@ -42,6 +51,8 @@ PREFIXES = ("mpich_", "ucx_")
 GRACE_SECONDS = 2.0
 LINGER_SECONDS = 30.0  # how long a detached cleaner waits for a dead job's ranks to go
 _MAPPING = re.compile(r"/dev/shm/(\S+)")
+# a line of /proc/<pid>/maps: address perms offset dev inode path
+_MAP_LINE = re.compile(r"^\S+ \S+ \S+ \S+ (\d+) +/dev/shm/(\S+)", re.MULTILINE)
 
 
 def _ours(name: str) -> bool:
@@ -57,15 +68,63 @@ def segments_mapped_by(pid: int) -> set[str]:
     return {name for name in _MAPPING.findall(text) if _ours(name)}
 
 
-def mapped_segments() -> set[str]:
-    """The MPI segments any live process of this machine maps (that this user can see)."""
-    names: set[str] = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
+@dataclasses.dataclass
+class Usage:
+    """Which files of /dev/shm the live processes of this machine have mapped or open.
+
+    ``names`` and ``inodes`` (of /dev/shm's files) are what was seen; ``complete`` is False
+    when a process of this (non-root) user could not be looked at, and ``others_hidden`` True
+    when another user's could not (a non-root cleaner cannot read them; root is denied only
+    what a security module hides)."""
+
+    names: set[str] = dataclasses.field(default_factory=set)
+    inodes: set[int] = dataclasses.field(default_factory=set)
+    complete: bool = True
+    others_hidden: bool = False
+
+    def may_remove(self, name: str, st: os.stat_result) -> bool:
+        """Whether the segment ``name`` (``st``: its stat) is surely unused."""
+        if not self.complete or name in self.names or st.st_ino in self.inodes:
+            return False
+        # a segment other users may open: unused only if their processes were seen too
+        return not (self.others_hidden and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO))
+
+
+def usage() -> Usage:
+    """Every live process's mapped and open files in /dev/shm (``Usage``)."""
+    found = Usage()
+    me = os.geteuid()
+    for proc in Path("/proc").glob("[0-9]*"):
+        owner = me  # until known: a process we cannot even stat counts as ours (fail closed)
         try:
-            names.update(n for n in _MAPPING.findall(maps.read_text()) if _ours(n))
+            owner = proc.stat().st_uid
+            for inode, name in _MAP_LINE.findall((proc / "maps").read_text()):
+                found.inodes.add(int(inode))
+                found.names.add(name)
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/shm/"):
+                    found.names.add(target[len("/dev/shm/"):].removesuffix(" (deleted)"))
+                    try:
+                        found.inodes.add(fd.stat().st_ino)
+                    except OSError:
+                        pass  # closed since the readlink
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the process ended: it uses nothing any more
         except OSError:
-            pass
-    return names
+            if owner == me and me != 0:
+                found.complete = False  # one of ours we cannot see into: fail closed
+            else:
+                # Another user's; or, for root, one a security module hides even from root
+                # (a container's init): they cannot open a segment private to its owner.
+                found.others_hidden = True
+    return found
+
+
+def mapped_segments() -> set[str]:
+    """The MPI segments any live process of this machine maps or has open (that this user
+    can see)."""
+    return {name for name in usage().names if _ours(name)}
 
 
 class Cleared:
@@ -86,8 +145,15 @@ class Cleared:
                 "these files (as their owner or root), or run on another node.")
 
 
-def _remove(path: Path, cleared: Cleared) -> None:
+def _remove(path: Path, judged: os.stat_result, cleared: Cleared) -> None:
+    """Unlink ``path`` if it is still the file ``judged`` was taken of, untouched since (a new
+    job may have created a segment of the same name meanwhile; a filesystem may even reuse
+    the inode number, not its change time)."""
     try:
+        now = path.stat()
+        if (now.st_ino, now.st_dev, now.st_ctime_ns) != \
+                (judged.st_ino, judged.st_dev, judged.st_ctime_ns):
+            return
         path.unlink()
         cleared.removed.append(str(path))
     except FileNotFoundError:
@@ -96,30 +162,41 @@ def _remove(path: Path, cleared: Cleared) -> None:
         cleared.failed.append((str(path), err.strerror or str(err)))
 
 
-def clear_stale(grace_seconds: float = GRACE_SECONDS, now: float | None = None) -> Cleared:
-    """Remove the MPI segments no live process maps and not modified for ``grace_seconds``."""
-    cleared = Cleared()
-    if not SHM.is_dir():
-        return cleared
+def _candidates(names: Iterable[str], grace_seconds: float, now: float | None
+                ) -> list[tuple[Path, os.stat_result]]:
+    """This user's MPI segments among ``names`` not modified for ``grace_seconds`` (one a
+    starting job has just created is not mapped yet), with their stat."""
     now = time.time() if now is None else now
-    candidates = []
     me = os.geteuid()
-    for path in SHM.iterdir():
-        if not _ours(path.name):
-            continue
+    found = []
+    for name in names:
+        path = SHM / name
         try:
             st = path.stat()
         except OSError:
             continue
-        # other users' segments: theirs to clear (and their processes' maps we cannot read)
-        if (st.st_uid == me or me == 0) and now - st.st_mtime >= grace_seconds:
-            candidates.append(path)
+        # another user's segment is theirs to clear, even for root
+        if _ours(name) and st.st_uid == me and now - st.st_mtime >= grace_seconds:
+            found.append((path, st))
+    return found
+
+
+def _clear(candidates: list[tuple[Path, os.stat_result]]) -> Cleared:
+    cleared = Cleared()
     if candidates:
-        in_use = mapped_segments()
-        for path in candidates:
-            if path.name not in in_use:
-                _remove(path, cleared)
+        seen = usage()
+        for path, st in candidates:
+            if seen.may_remove(path.name, st):
+                _remove(path, st, cleared)
     return cleared
+
+
+def clear_stale(grace_seconds: float = GRACE_SECONDS, now: float | None = None) -> Cleared:
+    """Remove this user's MPI segments that no live process maps or has open and that were
+    not modified for ``grace_seconds``."""
+    if not SHM.is_dir():
+        return Cleared()
+    return _clear(_candidates([p.name for p in SHM.iterdir()], grace_seconds, now))
 
 
 def present() -> set[str]:
@@ -132,20 +209,7 @@ def clear_unused(names: Iterable[str], grace_seconds: float = GRACE_SECONDS,
     """Remove the segments ``names`` (a dead program's) that no live process maps and that
     were not modified for ``grace_seconds`` (one a starting job has just created is not yet
     mapped): the last rank of a node to end clears what the node's ranks shared."""
-    cleared = Cleared()
-    names = {n for n in names if (SHM / n).exists()}
-    if names:
-        now = time.time() if now is None else now
-        in_use = mapped_segments()
-        for name in names - in_use:
-            path = SHM / name
-            try:
-                if now - path.stat().st_mtime < grace_seconds:
-                    continue
-            except OSError:
-                continue
-            _remove(path, cleared)
-    return cleared
+    return _clear(_candidates(sorted(set(names)), grace_seconds, now))
 
 
 def clear_when_unused(names: Iterable[str]) -> Cleared:
