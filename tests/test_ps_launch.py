@@ -293,6 +293,19 @@ def test_worker_that_really_dies_with_mpi_cluster_resolver():
 
 
 # -- 5. bad input ------------------------------------------------------------------------------------
+def test_a_rank_whose_task_is_not_its_own_names_itself_before_any_collective():
+    """Rank 2 of 3 says (TF_CONFIG) it is ps:0, rank 1's task: it raises at once, before the
+    ranks agree on the cluster, and its error, printed, ends the job; the others do not wait
+    for it and nobody trains."""
+    code, out, elapsed = run(3, "wrong_task.py")
+    assert code != 0, out
+    assert elapsed < QUICK, f"took {elapsed:.1f} s:\n{out}"
+    assert "[mpidist rank 2 of 3 on " in out and "uncaught exception" in out, out
+    assert ("The cluster resolver makes this process ps:0 but it is MPI rank 2 of 3, which is "
+            "worker:0") in out, out
+    assert "must not happen" not in out, out
+
+
 @pytest.mark.parametrize("how", ["resolver", "default"])
 def test_two_ranks_with_one_ps_have_no_worker(how):
     """``mpiexec -n 2`` with one ps (``MPIClusterResolver(num_ps=1)``, or the default resolver

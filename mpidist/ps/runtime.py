@@ -131,10 +131,17 @@ class TaskRuntime:
             token, size, rank = _inprocess_position(resolver)
             roles = resolve_roles(resolver, size, rank)
             return cls(roles, LocalFabric.lookup(token).transport(roles.rank), resolver)
+        # This rank's own task first, from local facts only: a rank whose task is wrong
+        # raises (and its error ends the job, printed) before any collective, rather than
+        # leaving the others to fail in the agreement without its word.
+        from mpidist.comm.mpi import install_abort_on_exception, mpi_module  # noqa: PLC0415 - MPI starts only when needed
+
+        world = mpi_module().COMM_WORLD
+        if world.Get_size() > 1:
+            install_abort_on_exception()
+        roles = resolve_roles(resolver, world.Get_size(), world.Get_rank())
         agree_on_cluster("ParameterServerStrategy", resolver)  # same layout everywhere, bounded
-        transport = _world_transport()
-        roles = resolve_roles(resolver, transport.size, transport.rank)
-        return cls(roles, transport, resolver)
+        return cls(roles, _world_transport(), resolver)
 
     @property
     def task_type(self) -> str:
