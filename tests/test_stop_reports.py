@@ -1,9 +1,12 @@
-"""Stopping a job from outside: each stopped rank prints one line, saying how it was stopped,
-where the program was and what survives (the latest backup and how to resume), never a
-traceback, under MPICH's plain ``mpiexec`` (Hydra) with the MPI library's defaults.
+"""Stopping a job from outside, and a rank leaving without a word, under MPICH's plain
+``mpiexec`` (Hydra, no guard) with the MPI library's defaults: each stopped rank prints one
+line, saying how it was stopped, where the program was and what survives (the latest backup
+and how to resume), never a traceback; a rank that ends by ``os._exit`` is named by a survivor.
 
 - Ctrl-C: SIGINT to the job's whole process group (what a terminal sends), every rank stopped;
 - SIGTERM to one rank (kill, a time limit, a preemption), which used to end it without a word;
+  in Hydra's fault-tolerant mode the survivors then end the job within seconds;
+- ``os._exit(1)`` on one rank, which Hydra answers by killing the others without naming it;
 - a program that handles SIGTERM itself keeps its own handler (unit-tested below).
 """
 
@@ -22,6 +25,7 @@ from mpidist.comm import stop_report
 from mpidist.core import saves
 
 PROGRAM = Path(__file__).parent / "failure_programs" / "stop_fit.py"
+DIE = Path(__file__).parent / "failure_programs" / "die_how.py"
 TIMEOUT = 120
 LINE = re.compile(r"^\[mpidist rank (\d+) of (\d+) on \S+\] (interrupted by Ctrl-C \(SIGINT\)|"
                   r"stopped by SIGTERM \(kill, scancel, a time limit or a preemption\)) at "
@@ -77,6 +81,42 @@ def test_sigterm_to_one_rank_is_reported_by_that_rank(tmp_path):
     lines = LINE.findall(out)
     assert len(lines) == 1 and lines[0][2].startswith("stopped by SIGTERM"), out
     assert "Traceback" not in out, out
+
+
+def run_die(how, *launcher_args):
+    """``(exit code, output, seconds)`` of die_how.py on 4 ranks, rank 3 leaving by ``how``."""
+    hydra = find_hydra()
+    if hydra is None:
+        pytest.skip("needs MPICH's mpiexec.hydra")
+    start = time.monotonic()
+    done = subprocess.run([hydra, *launcher_args, "-n", "4", sys.executable, str(DIE), "3", how],
+                          capture_output=True, text=True, timeout=TIMEOUT, cwd=DIE.parent,
+                          env={**os.environ, "HYDRA_IFACE": "lo"})
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - start
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_an_os_exit_is_named_by_a_survivor(nodes):
+    """Hydra kills the other ranks milliseconds after one exits 1 and names none of them; the
+    survivor that notices (its watch of dead ranks) says who, at once."""
+    placement = ["-launcher", "fork", "-hosts", "n0,n1", "-ppn", "2"] if nodes == 2 else []
+    code, out, _ = run_die("exit1", *placement)
+    assert code != 0, out
+    assert re.search(r"\[mpidist rank 0 of 4 on \S+\] rank 3 of 4 \(pid \d+ on \S+\) is gone: "
+                     r"its process ended without leaving the job \(os\._exit", out), out
+
+
+def test_sigterm_to_one_rank_of_a_fault_tolerant_job_ends_it_with_two_lines():
+    """Under -disable-auto-cleanup nothing else would end the survivors (they wait in the
+    step's all-reduce): the stopped rank's line, then rank 0's, then the job ends."""
+    code, out, seconds = run_die("SIGTERM", "-disable-auto-cleanup")
+    assert code != 0, out
+    assert seconds < 60, (seconds, out)
+    assert re.search(r"\[mpidist rank 3 of 4 on \S+\] stopped by SIGTERM .* at die_how\.py:\d+ "
+                     r"in <module>; nothing was saved by this run\.", out), out
+    assert re.search(r"\[mpidist rank 0 of 4 on \S+\] rank 3 of 4 \(pid \d+ on \S+\) was "
+                     r"stopped \(its line above says how\); the job cannot continue", out), out
+    assert "is gone" not in out and "Traceback" not in out, out
 
 
 # -- the pieces, in one process ----------------------------------------------------------------

@@ -14,6 +14,7 @@ import sys
 import time
 import threading
 from types import ModuleType, TracebackType
+from collections.abc import Callable
 from typing import NoReturn
 
 from mpidist.comm.stop_report import install_term_report, report_interrupt
@@ -21,8 +22,9 @@ from mpidist.comm.user_traceback import format_user_traceback
 from mpidist.config import get_config
 from mpidist.launcher_env import Announced, Environ, announced_size, process_manager_agrees
 
-__all__ = ["mpi_module", "THREAD_LEVELS", "check_launch", "launcher_world_size", "install_abort_on_exception",
-           "abort_job", "rank_label", "ABORT_BACKSTOP_SECONDS"]
+__all__ = ["mpi_module", "THREAD_LEVELS", "check_launch", "launcher_world_size",
+           "install_abort_on_exception", "on_abort", "abort_job", "rank_label",
+           "ABORT_BACKSTOP_SECONDS"]
 
 # mpi4py's names of MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE, lowest first.
 THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
@@ -121,14 +123,42 @@ def rank_label() -> str:
     return f"rank {world.Get_rank()} of {world.Get_size()} on {mpi.Get_processor_name()}"
 
 
+# Called first thing when this rank ends with a report of its own (abort_job, a Ctrl-C or
+# SIGTERM line): the watch of dead ranks tells its peers, so they do not report it as a
+# silent death too.
+_before_abort: list[Callable[[bool], None]] = []
+
+
+def on_abort(callback: Callable[[bool], None]) -> None:
+    """Have ``callback(stopped)`` run when this rank ends with its own report: ``abort_job``
+    (``stopped`` False: MPI_Abort follows, ending every rank) or a stop line (True: a signal
+    ends this rank alone). It must be quick and must not raise."""
+    _before_abort.append(callback)
+
+
+def _leaving_with_report(stopped: bool = False) -> None:
+    for callback in list(_before_abort):
+        try:
+            callback(stopped)
+        except Exception:  # noqa: BLE001 - ending the job must not fail on a courtesy
+            pass
+
+
+def _stopped() -> None:
+    _leaving_with_report(stopped=True)
+
+
 def abort_job(message: str, code: int = 1) -> NoReturn:
-    """Print ``message`` (prefixed with this rank) to stderr and end every rank of the job."""
+    """Print ``message`` (prefixed with this rank; none if empty: it was said already) to
+    stderr and end every rank of the job."""
+    _leaving_with_report()
     try:  # the launcher interrupts the other ranks when one aborts; finish writing first
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:
         pass  # not the main thread (the collective watchdog)
-    sys.stderr.write(f"[mpidist {rank_label()}] {message}\n")
-    sys.stderr.flush()
+    if message:
+        sys.stderr.write(f"[mpidist {rank_label()}] {message}\n")
+        sys.stderr.flush()
     time.sleep(0.2)  # launchers forward output asynchronously; MPI_Abort would cut it short
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
@@ -158,6 +188,7 @@ def install_abort_on_exception() -> None:
         def hook(exc_type: type[BaseException], exc: BaseException,
                  tb: TracebackType | None) -> None:
             if issubclass(exc_type, KeyboardInterrupt):  # a stop, not a failure: one line
+                _stopped()
                 report_interrupt(rank_label(), tb)
                 return
             if issubclass(exc_type, SystemExit):
@@ -168,5 +199,5 @@ def install_abort_on_exception() -> None:
             abort_job(f"uncaught exception; ending the job on every rank.\n{text}", code=1)
 
         sys.excepthook = hook
-        install_term_report(rank_label)
+        install_term_report(rank_label, _stopped)
         _hook_installed = True

@@ -14,10 +14,12 @@ its rank 0 (a star; set up once, at construction, with one broadcast of rank 0's
 kernel closes a process's sockets however the process ends, so rank 0 reads end-of-file from a
 rank that died and every rank reads it from a rank 0 that died; no heartbeat, no polling, no
 cost on the collectives. A rank that leaves normally says goodbye first (at exit, after the
-communicator's exit meeting), so only an end without goodbye counts as a death. After a short
-grace (the launcher often ends the job itself meanwhile, and its report is the fuller one), the
-rank that noticed ends the job with ``abort_job`` (MPI_Abort: every rank, every node, whatever
-the launcher's clean-up mode), naming the dead rank, its pid and its host.
+communicator's exit meeting), so only an end without goodbye counts as a death (bytes are
+gathered until the goodbye is whole: it may come in pieces). The rank that noticed names the
+dead rank, its pid and its host at once (under a plain ``mpiexec`` the launcher kills every
+rank milliseconds after one ends, and says nothing of an ``os._exit``); after a short grace
+(the launcher often ends the job itself meanwhile) it ends the job with MPI_Abort (every rank,
+every node, whatever the launcher's clean-up mode).
 
 Only collective jobs watch: a parameter-server job, which survives a dead worker, makes no
 Communicator. ``MPIDIST_PEER_WATCH=0`` turns the watch off (the collective deadline then ends
@@ -36,7 +38,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from mpidist.comm.mpi import abort_job
+from mpidist.comm.mpi import abort_job, on_abort, rank_label
 from mpidist.config import get_config
 from mpidist.logs import get_logger
 
@@ -53,6 +55,8 @@ _LATER_SPOKE_SECONDS = 2.0  # a dead rank 0: rank 1 reports, the others only if 
 _CONNECT_SECONDS = 5.0
 _HELLO = b"mpidist-peer-watch"
 _BYE = b"bye\n"
+_ERROR = b"err\n"  # leaving by abort_job, with its own report: MPI_Abort ends every rank
+_STOP = b"stop\n"  # stopped by a signal, with its own line: the job must still be ended
 
 
 class Peer(NamedTuple):
@@ -79,6 +83,7 @@ def watch_peers(comm: MPI.Comm, hosts: list[str] | None = None) -> PeerWatch | N
     if not watch.start():
         return None
     atexit.register(watch.close)
+    on_abort(watch.leave_with_report)
     return watch
 
 
@@ -168,27 +173,35 @@ class PeerWatch:
                 if key.data == "accept":
                     self._accept(listener, token, selector)
                     continue
-                peer, connection = key.data, cast(socket.socket, key.fileobj)
+                (peer, heard), connection = key.data, cast(socket.socket, key.fileobj)
                 try:
                     data = connection.recv(64)
                 except OSError:
                     data = b""
-                if _BYE in data or self._closing.is_set():
+                heard.extend(data)
+                if _BYE in heard or _ERROR in heard or self._closing.is_set():
                     selector.unregister(connection)
                     connection.close()
                     continue
                 if not data:
-                    self._lost(peer)
+                    self._lost(peer, stopped=_STOP in heard)
                     return
 
     def _accept(self, listener: socket.socket, token: str,
                 selector: selectors.BaseSelector) -> None:
         try:
             connection, _ = listener.accept()
+        except OSError as err:  # EMFILE, ENFILE, ENOBUFS: that rank stays unwatched
+            log.warning("the watch of dead ranks could not accept a rank's connection (%s): "
+                        "a rank whose connection is missing is noticed only at the collective "
+                        "deadline", err)
+            return
+        try:
             connection.settimeout(_CONNECT_SECONDS)  # the hello follows the connect at once
             words = connection.recv(512).decode(errors="replace").split()
             connection.settimeout(None)
         except OSError:
+            connection.close()
             return
         if len(words) != 5 or words[0] != _HELLO.decode() or words[1] != token \
                 or not words[2].isdigit() or not words[3].isdigit():
@@ -197,39 +210,73 @@ class PeerWatch:
         rank = int(words[2])
         peer = Peer(rank, int(words[3]), self._host_of(rank, words[4]))
         self._sockets.append(connection)
-        selector.register(connection, selectors.EVENT_READ, peer)
+        selector.register(connection, selectors.EVENT_READ, (peer, bytearray()))
 
     def _watch_hub(self, connection: socket.socket) -> None:
         """Every other rank: wait for rank 0's connection to end."""
-        try:
-            data = connection.recv(64)  # wait-ok: the watch's idle thread, for life
-        except OSError:
-            data = b""
-        if _BYE in data or self._closing.is_set():
-            return
-        if not data:
-            if self.rank > 1:  # rank 1 ends the job; the others only if it could not
-                self._closing.wait(_LATER_SPOKE_SECONDS)  # wait-ok: a short fixed delay
-            self._lost(self._hub)
+        heard = bytearray()
+        while True:
+            try:
+                data = connection.recv(64)  # wait-ok: the watch's idle thread, for life
+            except OSError:
+                data = b""
+            heard.extend(data)
+            if _BYE in heard or _ERROR in heard or self._closing.is_set():
+                return
+            if not data:
+                break
+        if self.rank > 1:  # rank 1 ends the job; the others only if it could not
+            self._closing.wait(_LATER_SPOKE_SECONDS)  # wait-ok: a short fixed delay
+        self._lost(self._hub, stopped=_STOP in heard)
 
-    def _lost(self, peer: Peer) -> None:
-        """``peer`` ended without goodbye: after the grace, end the job (unless this rank is
-        leaving too, or MPI is already finalized: then every collective is behind us)."""
-        if self._closing.wait(GRACE_SECONDS):  # wait-ok: the launcher's clean-up comes first
-            return
+    def _lost(self, peer: Peer, stopped: bool = False) -> None:
+        """``peer`` ended without goodbye: say so now (the launcher may kill this rank any
+        moment), then after the grace end the job (unless this rank is leaving too, or MPI is
+        already finalized: then every collective is behind us). A peer ``stopped`` by a
+        signal printed its own line: the job is ended without another."""
         mpi = sys.modules.get("mpi4py.MPI")
-        if mpi is not None and mpi.Is_finalized():
+        if self._closing.is_set() or (mpi is not None and mpi.Is_finalized()):
             return
         self.lost = peer
-        abort_job(
+        if stopped:
+            if self._closing.wait(GRACE_SECONDS):  # wait-ok: the launcher's clean-up first
+                return
+            abort_job(f"{peer.describe(self.size)} was stopped (its line above says how); "
+                      "the job cannot continue without it: ending it on every rank.", code=1)
+        message = (
             f"{peer.describe(self.size)} is gone: its process ended without leaving the job "
-            "(killed by a signal such as SIGKILL or SIGSEGV, or os._exit; its launcher, or "
+            "(os._exit, or killed by a signal such as SIGKILL or SIGSEGV; its launcher, or "
             "`mpidist run`'s report, says which). The collectives of this job cannot complete "
             "without it (a MultiWorkerMirroredStrategy job does not survive a lost rank): "
             "ending the job on every rank. Resume from the last checkpoint "
-            "(BackupAndRestore) once the cause is fixed.", code=1)
+            "(BackupAndRestore) once the cause is fixed.")
+        try:
+            sys.stderr.write(f"[mpidist {rank_label()}] {message}\n")  # one write, at once
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        if self._closing.wait(GRACE_SECONDS):  # wait-ok: the launcher's clean-up comes first
+            return
+        if mpi is not None and mpi.Is_finalized():
+            return
+        abort_job("", code=1)  # the line above said it
 
     # -- leaving -------------------------------------------------------------------------
+    def leave_with_report(self, stopped: bool) -> None:
+        """This rank ends with its own report: ``abort_job`` (MPI_Abort then ends every rank)
+        or, ``stopped``, a signal's line. Tell the peers, so that none reports it as a silent
+        death as well (after a stop they still end the job, which cannot go on without it)."""
+        if self._closing.is_set():
+            return
+        self._closing.set()  # its own end is no peer's death to report either
+        note = _STOP if stopped else _ERROR
+        for sock in self._sockets:
+            try:
+                if sock.type == socket.SOCK_STREAM and sock.fileno() >= 0:
+                    sock.send(note)
+            except OSError:
+                pass  # a listener, or a peer already gone
+
     def close(self) -> None:
         """Leave: say goodbye to the peers, so that this rank's exit is no death. Call it once
         this rank has made its last collective (at exit, after the exit meeting)."""

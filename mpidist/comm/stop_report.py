@@ -47,15 +47,18 @@ def report_interrupt(label: str, tb: TracebackType | None) -> None:
     _write(stop_line(label, INTERRUPTED, innermost_frame(tb)))
 
 
-def install_term_report(label: Callable[[], str]) -> None:
-    """From the main thread: SIGTERM prints the line, then ends the process by SIGTERM. Left
-    alone where the program handles SIGTERM itself."""
+def install_term_report(label: Callable[[], str],
+                        leaving: Callable[[], None] = lambda: None) -> None:
+    """From the main thread: SIGTERM calls ``leaving()`` (the peers learn this rank ends with
+    a report), prints the line, then ends the process by SIGTERM. Left alone where the
+    program handles SIGTERM itself."""
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
 
     def on_term(signum: int, frame: FrameType | None) -> None:
+        leaving()
         _write(stop_line(label(), TERMINATED, frame))
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)  # the default action: parents see SIGTERM
