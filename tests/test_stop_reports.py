@@ -26,6 +26,7 @@ from mpidist.core import saves
 
 PROGRAM = Path(__file__).parent / "failure_programs" / "stop_fit.py"
 DIE = Path(__file__).parent / "failure_programs" / "die_how.py"
+ENDLESS_PS = Path(__file__).parent / "ps_programs" / "endless.py"
 TIMEOUT = 120
 LINE = re.compile(r"^\[mpidist rank (\d+) of (\d+) on \S+\] (interrupted by Ctrl-C \(SIGINT\)|"
                   r"stopped by SIGTERM \(kill, scancel, a time limit or a preemption\)) at "
@@ -33,37 +34,41 @@ LINE = re.compile(r"^\[mpidist rank (\d+) of (\d+) on \S+\] (interrupted by Ctrl
                   r"the same command again: BackupAndRestore resumes from it\)\.$", re.MULTILINE)
 
 
-def stop_job(nprocs, backup_dir, stop):
-    """Start stop_fit.py on ``nprocs`` ranks under Hydra in a new process group, wait until
-    every rank trains, then ``stop(job_process, rank_pids)``; the output and exit code."""
+def stop_job(nprocs, backup_dir, stop, program=PROGRAM, trains=None):
+    """Start ``program BACKUP_DIR`` on ``nprocs`` ranks under Hydra in a new process group,
+    wait until ``trains`` (default: every rank) lines say ``: training``, then
+    ``stop(job_process, rank_pids)``; ``(exit code, output, seconds the job took to end)``."""
     hydra = find_hydra()
     if hydra is None:
         pytest.skip("needs MPICH's mpiexec.hydra")
     out_path = Path(backup_dir).parent / "job.out"
     with open(out_path, "w") as out:
-        job = subprocess.Popen([hydra, "-n", str(nprocs), sys.executable, str(PROGRAM),
+        job = subprocess.Popen([hydra, "-n", str(nprocs), sys.executable, str(program),
                                 str(backup_dir)], stdout=out, stderr=subprocess.STDOUT,
-                               cwd=PROGRAM.parent, start_new_session=True)
+                               cwd=program.parent, start_new_session=True)
     try:
         deadline = time.monotonic() + TIMEOUT
-        while out_path.read_text().count(": training") < nprocs:
+        while out_path.read_text().count(": training") < (trains or nprocs):
             assert job.poll() is None, out_path.read_text()
             assert time.monotonic() < deadline, out_path.read_text()
             time.sleep(0.1)
-        ranks = subprocess.run(["pgrep", "-f", f"{PROGRAM} {backup_dir}"], capture_output=True,
+        ranks = subprocess.run(["pgrep", "-f", f"{program} {backup_dir}"], capture_output=True,
                                text=True).stdout.split()
         stop(job, [int(pid) for pid in ranks])
+        stopped = time.monotonic()
         code = job.wait(timeout=TIMEOUT)
+        took = time.monotonic() - stopped
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
-    return code, out_path.read_text()
+    return code, out_path.read_text(), took
 
 
 @pytest.mark.timeout(300)
 def test_ctrl_c_prints_one_line_per_rank_naming_the_backup(tmp_path):
-    code, out = stop_job(2, tmp_path / "backup", lambda job, _: os.killpg(job.pid, signal.SIGINT))
+    code, out, _ = stop_job(2, tmp_path / "backup",
+                            lambda job, _: os.killpg(job.pid, signal.SIGINT))
     assert code != 0, out
     lines = LINE.findall(out)
     assert sorted(int(rank) for rank, *_ in lines) == [0, 1], out
@@ -75,12 +80,27 @@ def test_ctrl_c_prints_one_line_per_rank_naming_the_backup(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_sigterm_to_one_rank_is_reported_by_that_rank(tmp_path):
-    code, out = stop_job(2, tmp_path / "backup",
-                         lambda job, pids: os.kill(max(pids), signal.SIGTERM))
+    code, out, _ = stop_job(2, tmp_path / "backup",
+                            lambda job, pids: os.kill(max(pids), signal.SIGTERM))
     assert code != 0, out
     lines = LINE.findall(out)
     assert len(lines) == 1 and lines[0][2].startswith("stopped by SIGTERM"), out
     assert "Traceback" not in out, out
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_a_parameter_server_job_within_seconds(tmp_path):
+    """Chief, ps and workers all get SIGINT: each prints its one line, and the chief leaves at
+    once instead of waiting for closures and for goodbyes from ranks that are gone."""
+    code, out, took = stop_job(4, tmp_path / "unused", lambda job, _: os.killpg(job.pid,
+                                                                             signal.SIGINT),
+                               program=ENDLESS_PS, trains=1)
+    assert code != 0, out
+    assert took < 5, (took, out)
+    lines = re.findall(r"^\[mpidist rank (\d) of 4 on \S+\] interrupted by Ctrl-C \(SIGINT\) "
+                       r"at \S+ in \S+; nothing was saved by this run\.$", out, re.MULTILINE)
+    assert len(lines) == len(set(lines)) and "0" in lines, out  # at most one per rank
+    assert "WARNING" not in out and "Traceback" not in out, out
 
 
 def run_die(how, *launcher_args):

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 import numpy.typing as npt
 
-from mpidist.core.waiting import wait_until
+from mpidist.core.waiting import join_thread, wait_until
+from mpidist.errors import DeadlineExceededError
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -145,7 +146,8 @@ class ProgressBoard:
 
     def free(self) -> None:
         self._stop.set()
-        self._pulse.join(timeout=5.0)  # it writes into the window: stopped before it is freed
-        if self._pulse.is_alive():  # never seen; a leaked window beats a write to freed memory
+        try:  # it writes into the window: stopped before the window is freed
+            join_thread(self._pulse, timeout=5.0)
+        except DeadlineExceededError:  # never seen; a leaked window beats a write to freed memory
             return
         self._window.Free()

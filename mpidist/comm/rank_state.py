@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import warnings
 from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
-
+# No NumPy here: the guard reads these files beside every rank and loads nothing it need not.
 from mpidist.core.user_calls import current_calls, describe_calls
 
 if TYPE_CHECKING:
@@ -75,9 +75,9 @@ def create_state_file(directory: str | None = None) -> str:
         directory = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     fd, path = tempfile.mkstemp(prefix="mpidist-rank-state-", dir=directory)
     try:
-        words = np.zeros(FILE_BYTES // 8, dtype=np.int64)
-        words[0], words[1] = _MAGIC, _VERSION
-        os.write(fd, words.tobytes())
+        data = bytearray(FILE_BYTES)
+        struct.pack_into("=qq", data, 0, _MAGIC, _VERSION)
+        os.write(fd, data)
     finally:
         os.close(fd)
     return path
@@ -92,7 +92,7 @@ def read_state_file(path: str) -> RankState | None:
         return None
     if len(data) < FILE_BYTES:
         return None
-    words = np.frombuffer(data, dtype=np.int64)
+    words = memoryview(data).cast("q")
     if words[0] != _MAGIC or words[1] != _VERSION or words[_PID] == 0:
         return None
     seq, text = 0, ("", "", "")
@@ -140,7 +140,7 @@ class RankStateWriter:
             mapping = mmap.mmap(fd, FILE_BYTES)
         finally:
             os.close(fd)  # the mapping keeps the file open
-        magic, version, owner = np.frombuffer(mapping, dtype=np.int64, count=3).tolist()
+        magic, version, owner = struct.unpack_from("=qqq", mapping, 0)
         if magic != _MAGIC or version != _VERSION:
             mapping.close()
             _warn(path, "it is not an mpidist rank-state file")

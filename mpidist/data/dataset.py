@@ -18,12 +18,13 @@ import inspect
 import itertools
 import os
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import numpy as np
 
 from mpidist.core import nest
 from mpidist.core.signatures import DType, DTypeStructure, accepts
+from mpidist.core.tf_names import missing_attribute
 from mpidist.data.arguments import (
     check_signature,
     count_int,
@@ -129,6 +130,11 @@ _DATASET = "mpidist.data.dataset:Dataset"  # read by accepts on the first call
 class Dataset:
     """A lazy pipeline of elements (``tf.data.Dataset``). Build one with ``from_tensor_slices``,
     ``from_tensors``, ``range`` or ``from_generator`` and chain transformations."""
+
+    if not TYPE_CHECKING:  # hidden from type checkers: other missing names stay errors there
+        def __getattr__(self, name: str) -> NoReturn:
+            # Reached only for a name the object lacks: a TensorFlow name gets its fix.
+            missing_attribute("Dataset", self, name)
 
     @accepts(inputs=Iterable[_DATASET])  # type: ignore[valid-type]  # accepts reads the string
     def __init__(self, inputs: Iterable[Dataset] = ()) -> None:

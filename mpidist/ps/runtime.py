@@ -120,6 +120,7 @@ class TaskRuntime:
         self.faults = faults if faults is not None else Faults.from_config().or_none()
         self.pulse: ChiefPulse | None = None  # the chief's heartbeat (start_chief)
         self.ended = False  # the chief has shut the job down (serving.shutdown_job)
+        self.stopped = False  # stopped by Ctrl-C: leave at once (every rank is being stopped)
         # A rank of an MPI job is one process; simulated ranks are threads of one process.
         use_client(self.client, process_wide=not isinstance(transport, LocalTransport))
         if isinstance(transport, LocalTransport) and roles.is_chief:
@@ -142,6 +143,11 @@ class TaskRuntime:
         roles = resolve_roles(resolver, world.Get_size(), world.Get_rank())
         agree_on_cluster("ParameterServerStrategy", resolver)  # same layout everywhere, bounded
         return cls(roles, _world_transport(), resolver)
+
+    def note_stop(self, stopped: bool) -> None:
+        """(``comm.mpi.on_abort``) The chief ends with its own report: after Ctrl-C (every
+        rank is being stopped) the job leaves at once instead of waiting for the ranks."""
+        self.stopped = self.stopped or stopped
 
     @property
     def task_type(self) -> str:

@@ -15,6 +15,7 @@ server failed even if the program caught the PSUnavailableError. A ps or worker 
 chief is gone leaves with exit code 1 and a report.
 """
 
+import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -104,6 +105,13 @@ def shutdown_job(strategy: "ParameterServerStrategy") -> None:
     runtime.ended = True
     for stream in (sys.stdout, sys.stderr):  # the program's output first, whatever follows
         stream.flush()
+    if runtime.stopped:
+        # Ctrl-C: every rank got it and printed its line; the chief neither waits for the
+        # closures nor for goodbyes from ranks that are gone (that took 30 s and more).
+        if runtime.pulse is not None:
+            runtime.pulse.stop()
+        stop_workers(runtime.transport, runtime.roles, (), 0.0, finalize=False)  # no waiting
+        leave_without_finalize(128 + signal.SIGINT)
     coordinator = extended.coordinator
     timeout = get_config().ps_timeout
     if coordinator is not None:

@@ -19,6 +19,7 @@ from typing import Any, cast
 import numpy as np
 
 from mpidist.cluster_resolver.mpi import MPIClusterResolver
+from mpidist.comm.mpi import on_abort
 from mpidist.config import get_config
 from mpidist.core import state
 from mpidist.core.devices import parse_device
@@ -229,6 +230,7 @@ class ParameterServerExtended(SingleReplicaExtended):
         self._runtime.pulse = ChiefPulse(self._runtime.transport, self._runtime.roles)
         if isinstance(self._runtime.transport, MPITransport):  # an in-process cluster stops itself
             atexit.register(shutdown_job, cast(ParameterServerStrategy, self._container_strategy()))
+            on_abort(self._runtime.note_stop)
 
     def _distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any],
                                            options: Any) -> DatasetsFromFunction:
