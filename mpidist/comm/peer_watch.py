@@ -269,13 +269,7 @@ class PeerWatch:
         if self._closing.is_set():
             return
         self._closing.set()  # its own end is no peer's death to report either
-        note = _STOP if stopped else _ERROR
-        for sock in self._sockets:
-            try:
-                if sock.type == socket.SOCK_STREAM and sock.fileno() >= 0:
-                    sock.send(note)
-            except OSError:
-                pass  # a listener, or a peer already gone
+        self._tell_peers(_STOP if stopped else _ERROR)
 
     def close(self) -> None:
         """Leave: say goodbye to the peers, so that this rank's exit is no death. Call it once
@@ -283,12 +277,7 @@ class PeerWatch:
         if self._closing.is_set():
             return
         self._closing.set()
-        for sock in self._sockets:
-            try:
-                if sock.type == socket.SOCK_STREAM and sock.fileno() >= 0:
-                    sock.send(_BYE)
-            except OSError:
-                pass  # a listener, or a peer already gone
+        self._tell_peers(_BYE)
         try:
             self._wake_w.send(b"x")
         except OSError:
@@ -299,6 +288,14 @@ class PeerWatch:
             except OSError:
                 pass
             sock.close()
+
+    def _tell_peers(self, note: bytes) -> None:
+        for sock in self._sockets:
+            try:
+                if sock.type == socket.SOCK_STREAM and sock.fileno() >= 0:
+                    sock.send(note)
+            except OSError:
+                pass  # a listener, or a peer already gone
 
     def _forget_in_child(self) -> None:
         """A forked child (a data-loading worker) must not hold this rank's connections open:
