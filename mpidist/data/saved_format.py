@@ -576,7 +576,11 @@ def write_dataset(elements: Iterable[Any], element_spec: Any, path: str | os.Pat
             raise named_error(exc, what, kept, "write", path) from None
         raise
     _sweep(path, {os.path.basename(w.path) for w in writers.values()}, replaced)
-    return read_metadata(path)
+    # What this save wrote, not a re-read: a concurrent saver to the same path (every rank
+    # saving) may publish its own dataset and sweep this one's files meanwhile.
+    return SavedDataset(os.path.abspath(path), element_spec,
+                        tuple(ShardInfo(w.shard_id, os.path.abspath(w.path), w.rows, w.bytes)
+                              for w in done), sum(w.rows for w in done))
 
 
 def _shard_token(name: str) -> str | None:
