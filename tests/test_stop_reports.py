@@ -43,9 +43,11 @@ def stop_job(nprocs, backup_dir, stop, program=PROGRAM, trains=None):
         pytest.skip("needs MPICH's mpiexec.hydra")
     out_path = Path(backup_dir).parent / "job.out"
     with open(out_path, "w") as out:
+        # SIGINT at its default for the ranks (a shell's background job inherits it ignored)
         job = subprocess.Popen([hydra, "-n", str(nprocs), sys.executable, str(program),
                                 str(backup_dir)], stdout=out, stderr=subprocess.STDOUT,
-                               cwd=program.parent, start_new_session=True)
+                               cwd=program.parent, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + TIMEOUT
         while out_path.read_text().count(": training") < (trains or nprocs):

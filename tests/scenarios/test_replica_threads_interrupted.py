@@ -2,6 +2,7 @@
 still runs, in a Python process of its own (a scenario); the runner's other failures are
 tests/unit/test_replica_threads.py."""
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -28,6 +29,9 @@ def test_interrupted_run_leaves_the_strategy_usable():
         print("sum", s.reduce("SUM", s.run(lambda: np.float64(rid() + 1)), None))
         gate.set()
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    # SIGINT back to its default in the child: one started in the background of a shell without
+    # job control (CI under `cmd &`) inherits it ignored, and the Ctrl-C would never arrive.
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["interrupted", "sum", "3.0"]
