@@ -18,13 +18,13 @@ import inspect
 import itertools
 import os
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from mpidist.core import nest
 from mpidist.core.signatures import DType, DTypeStructure, accepts
-from mpidist.core.tf_names import missing_attribute
+from mpidist.core.tf_names import tf_name_hints
 from mpidist.data.arguments import (
     check_signature,
     count_int,
@@ -127,14 +127,10 @@ class IterationContext:
 _DATASET = "mpidist.data.dataset:Dataset"  # read by accepts on the first call
 
 
+@tf_name_hints("Dataset")
 class Dataset:
     """A lazy pipeline of elements (``tf.data.Dataset``). Build one with ``from_tensor_slices``,
     ``from_tensors``, ``range`` or ``from_generator`` and chain transformations."""
-
-    if not TYPE_CHECKING:  # hidden from type checkers: other missing names stay errors there
-        def __getattr__(self, name: str) -> NoReturn:
-            # Reached only for a name the object lacks: a TensorFlow name gets its fix.
-            missing_attribute("Dataset", self, name)
 
     @accepts(inputs=Iterable[_DATASET])  # type: ignore[valid-type]  # accepts reads the string
     def __init__(self, inputs: Iterable[Dataset] = ()) -> None:

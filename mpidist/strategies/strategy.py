@@ -14,7 +14,7 @@ import operator
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import Any, Literal
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from mpidist.comm.options import CommunicationOptions
 from mpidist.core import nest, state
 from mpidist.core.devices import DeviceSpec
 from mpidist.core.signatures import accepts
-from mpidist.core.tf_names import missing_attribute
+from mpidist.core.tf_names import tf_name_hints
 from mpidist.core.user_calls import user_call
 from mpidist.data.distributed import InputWorkers, distribute_dataset, distribute_from_function
 from mpidist.data.options import InputContext, InputOptions, RunOptions
@@ -195,6 +195,7 @@ def _check_single_destination(destinations: object) -> None:
         )
 
 
+@tf_name_hints("Strategy")
 class Strategy:
     """A way of running a computation on several replicas (the ``tf.distribute.Strategy`` API).
 
@@ -203,11 +204,6 @@ class Strategy:
             scope (``mpidist.get_strategy()`` there). A class attribute: the replica context
             reads it each time a ``run`` enters one.
     """
-
-    if not TYPE_CHECKING:  # hidden from type checkers: other missing names stay errors there
-        def __getattr__(self, name: str) -> NoReturn:
-            # Reached only for a name the object lacks: a TensorFlow name gets its fix.
-            missing_attribute("Strategy", self, name)
 
     is_default = False
 

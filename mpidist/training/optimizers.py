@@ -16,7 +16,7 @@ replicas' fused or per-variable path here, or the parameter servers (``mpidist.p
 import contextlib
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
+from typing import Annotated, Any, cast
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from mpidist.backend import array_module
 from mpidist.core import state
 from mpidist.core.messages import short_repr
 from mpidist.core.signatures import CallShapes, accepts, check_callable, describe_value
-from mpidist.core.tf_names import missing_attribute
+from mpidist.core.tf_names import tf_name_hints
 from mpidist.core.user_calls import user_call
 from mpidist.strategies.context import get_replica_context, get_strategy, in_cross_replica_context
 from mpidist.strategies.default import get_default_strategy
@@ -100,6 +100,7 @@ _EXAMPLE_VALUES = {"momentum": 0.9, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1
                    "clipnorm": 1.0, "clipvalue": 0.5, "global_clipnorm": 1.0}
 
 
+@tf_name_hints("Optimizer")
 class Optimizer:
     """Base class: gradient aggregation, clipping, slots, ``iterations`` and checkpointing.
 
@@ -121,11 +122,6 @@ class Optimizer:
     per-variable step of its own: it is never fused, and on parameter servers it reads,
     computes and writes.
     """
-
-    if not TYPE_CHECKING:  # hidden from type checkers: other missing names stay errors there
-        def __getattr__(self, name: str) -> NoReturn:
-            # Reached only for a name the object lacks: a TensorFlow name gets its fix.
-            missing_attribute("Optimizer", self, name)
 
     _rule: UpdateRule | None = None
     _custom_step = False  # set for a class that defines its own _update_step

@@ -9,13 +9,13 @@ where the value lives and how reads and writes reach it.
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from mpidist.core.devices import DeviceSpec, parse_device
-from mpidist.core.tf_names import missing_attribute
+from mpidist.core.tf_names import tf_name_hints
 from mpidist.types import Array, VariableAggregation, VariableSynchronization
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ class ArrayIdentity:
         return len(self._shape)
 
 
+@tf_name_hints("Variable")
 class VariableBase(ArrayIdentity):
     """The identity of a variable, whatever its kind.
 
@@ -110,11 +111,6 @@ class VariableBase(ArrayIdentity):
             component of (it sets this when it is built), else None. A plain attribute, not a
             property: ``regroup`` reads it for every value a replica returns.
     """
-
-    if not TYPE_CHECKING:  # hidden from type checkers: other missing names stay errors there
-        def __getattr__(self, name: str) -> NoReturn:
-            # Reached only for a name the object lacks: a TensorFlow name gets its fix.
-            missing_attribute("Variable", self, name)
 
     _device: DeviceSpec | None
     _trainable: bool
