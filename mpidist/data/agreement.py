@@ -12,7 +12,8 @@ costs one collective, as the seed broadcast alone did before:
   gets the right batches and stops at the same step (spec 7.1 / 7.5), and a warning says what
   DATA sharding of different datasets means;
 * that FILE sharding splits the same list on every worker: a digest of the file names (or
-  source elements) in the order they are split. Each worker reads every W-th of its own list,
+  source elements) in the order they are split, without their directories (a node may read
+  its own copy of the files). Each worker reads every W-th of its own list,
   so lists that differ (a rank whose glob missed the newest file, Horovod's habit of globbing
   each rank's own files) would silently lose or repeat data: that is an error on every rank.
 """
@@ -97,8 +98,11 @@ def agree(workers: InputWorkers, api: str, steps: int | None = None, rows: int |
 
 
 def _digest(split: Sequence[str]) -> int:
-    """63 bits of a hash of the names in order: nonnegative, above the _UNPROVEN sentinel."""
-    h = hashlib.blake2b("\0".join(split).encode(errors="surrogateescape"), digest_size=8)
+    """63 bits of a hash of the names in order, without their directories (each node may read
+    its own copy of the files, from a directory of its own): nonnegative, above the
+    _UNPROVEN sentinel."""
+    names = "\0".join(os.path.basename(name) for name in split)
+    h = hashlib.blake2b(names.encode(errors="surrogateescape"), digest_size=8)
     return int.from_bytes(h.digest(), "little") >> 1
 
 

@@ -158,6 +158,20 @@ def test_generated_lists_are_refused_exactly_when_they_differ(data_dir):
 
 
 @pytest.mark.mpi
+def test_each_node_s_own_copy_of_the_same_files_is_one_list(data_dir):
+    """The same files under another directory on each rank (node-local copies): the names
+    compare without their directories, and every row is read once."""
+    own = data_dir / f"copy-{rank}"
+    own.mkdir()
+    for k in range(FILES):
+        (own / f"part-{k:02d}.npy").write_bytes((data_dir / f"part-{k:02d}.npy").read_bytes())
+    s = mwms()
+    files = Dataset.list_files(str(own / "part-*.npy"))
+    ds = files.interleave(lambda f: NpyDataset(f)).batch(2 * size)
+    assert total_of(s, ds) == all_rows_sum(range(FILES))
+
+
+@pytest.mark.mpi
 def test_own_files_with_sharding_off_read_every_rank_s_own(data_dir):
     """The fix the error names: OFF, each rank reading all of its own files."""
     s = mwms()
