@@ -192,7 +192,9 @@ def test_a_new_consumer_gets_the_check_with_one_call():
 
 # -- 2. Files vetted against compression_type before they are decoded -----------------------------
 COMPRESS = {"GZIP": gzip.compress, "ZLIB": zlib.compress}
-lines_st = st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+# No NUL: a NumPy str drops trailing NULs ('\x00' reads back as ''), whatever the file says.
+lines_st = st.lists(st.text(st.characters(blacklist_categories=("Cs",),
+                                          blacklist_characters="\r\n\x00"),
                             max_size=40), min_size=1, max_size=30)
 
 
