@@ -62,6 +62,13 @@ def total_of(strategy, dataset):
     return total
 
 
+def listed_total(directory):
+    """The job's sum over ``list_files(directory/part-*.npy)`` read by NpyDataset (shuffled,
+    the default), auto-sharded."""
+    files = Dataset.list_files(str(directory / "part-*.npy"))
+    return total_of(mwms(), files.interleave(lambda f: NpyDataset(f)).batch(2 * size))
+
+
 def all_rows_sum(files):
     return float(sum(10 * k * ROWS + ROWS * (ROWS - 1) / 2 for k in files))
 
@@ -90,10 +97,7 @@ def needs_two_ranks():
 @pytest.mark.mpi
 def test_the_same_files_everywhere_are_each_read_once(data_dir):
     """list_files shuffles by default: the workers still split the same sorted list."""
-    s = mwms()
-    files = Dataset.list_files(str(data_dir / "part-*.npy"))
-    ds = files.interleave(lambda f: NpyDataset(f)).batch(2 * size)
-    assert total_of(s, ds) == all_rows_sum(range(FILES))
+    assert listed_total(data_dir) == all_rows_sum(range(FILES))
 
 
 @pytest.mark.mpi
@@ -165,10 +169,7 @@ def test_each_node_s_own_copy_of_the_same_files_is_one_list(data_dir):
     own.mkdir()
     for k in range(FILES):
         (own / f"part-{k:02d}.npy").write_bytes((data_dir / f"part-{k:02d}.npy").read_bytes())
-    s = mwms()
-    files = Dataset.list_files(str(own / "part-*.npy"))
-    ds = files.interleave(lambda f: NpyDataset(f)).batch(2 * size)
-    assert total_of(s, ds) == all_rows_sum(range(FILES))
+    assert listed_total(own) == all_rows_sum(range(FILES))
 
 
 @pytest.mark.mpi
