@@ -52,12 +52,17 @@ def test_a_real_death_ends_the_job_with_a_report(scenario):
         assert report["total"] >= 30, report
         assert re.search(r"the job ends with exit code 1: it lost /job:worker/replica:0/task:1 "
                          r"\(rank 3\)", outcome.output), outcome.output
+        # Seen through the watch's socket at once, not after three missed heartbeats.
+        assert re.search(r"/job:worker/replica:0/task:1 \(rank 3\) failed \(its process "
+                         r"\(pid \d+ on \S+\) ended without leaving the job\)",
+                         outcome.output), outcome.output
     if scenario.victim == "chief" and survivable(scenario):
         # Every other rank notices the chief is gone and leaves with the report.
         for rank in (1, 2, 3):
             assert re.search(rf"\[mpidist rank {rank} of 4 on \S+\] the chief "
-                             r"/job:chief/replica:0/task:0 \(rank 0\) is gone", outcome.output), \
-                outcome.output
+                             r"/job:chief/replica:0/task:0 \(rank 0\) is gone: its process "
+                             r"\(pid \d+ on \S+\) ended without leaving the job",
+                             outcome.output), outcome.output
 
 
 def default_transport_env(**extra):

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import atexit
 import sys
+import time
 from typing import TYPE_CHECKING, NoReturn
 
 from mpidist.comm.mpi import abort_job, install_abort_on_exception, mpi_module
 from mpidist.comm.roll_call import RollCall
-from mpidist.core.waiting import Wait, WaitKind, wait_until
+from mpidist.core.waiting import Wait, WaitKind, deadline_seconds, wait_until
 from mpidist.errors import DeadlineExceededError, UnavailableError
 
 if TYPE_CHECKING:
@@ -32,6 +33,9 @@ __all__ = ["private_duplicate", "announce_departure"]
 # On MPI_COMM_WORLD, below MPI's guaranteed MPI_TAG_UB (32767); only probed for, never
 # received, so a program's own receives never see it unless they post this very tag.
 _DEPARTURE_TAG = 32_741
+# A rank still waiting after this long tells rank 0 it came (comm/roll_call.py): sooner, and
+# every meeting would send on the program's own communicator.
+ANNOUNCE_AFTER_SECONDS = 1.0
 _MAX_DEPARTURE_NOTES = 1024  # job sizes up to which a departing rank tells every other rank
 _state = {"arrived": False}
 
@@ -53,9 +57,14 @@ def private_duplicate(base: MPI.Comm, purpose: str) -> MPI.Comm:
     status = mpi.Status()
     left: list[int] = []
 
+    started = time.monotonic()
+    announce_after = min(ANNOUNCE_AFTER_SECONDS, deadline_seconds(WaitKind.CONSTRUCTION) / 4)
+
     def arrived() -> bool:
         if request.Test():
             return True
+        if time.monotonic() - started > announce_after:
+            roll_call.announce()  # the meeting is slow: a report may be needed
         if world.Iprobe(mpi.ANY_SOURCE, _DEPARTURE_TAG, status):
             left.append(status.Get_source())
             raise_departed()
@@ -87,7 +96,7 @@ def private_duplicate(base: MPI.Comm, purpose: str) -> MPI.Comm:
 
     wait_until(arrived, f"every rank to build {purpose}", f"the {size} ranks of the job",
                kind=WaitKind.CONSTRUCTION, on_expiry=expire)
-    roll_call.settle()
+    roll_call.settle(duplicate)
     _state["arrived"] = True
     return duplicate
 

@@ -21,9 +21,11 @@ rank milliseconds after one ends, and says nothing of an ``os._exit``); after a 
 (the launcher often ends the job itself meanwhile) it ends the job with MPI_Abort (every rank,
 every node, whatever the launcher's clean-up mode).
 
-Only collective jobs watch: a parameter-server job, which survives a dead worker, makes no
-Communicator. ``MPIDIST_PEER_WATCH=0`` turns the watch off (the collective deadline then ends
-the survivors).
+A parameter-server job survives a dead worker: its transport watches with ``on_lost``, which
+hears of each death (rank 0, the chief, of every rank's; the others of the chief's) instead of
+ending the job, so the chief stops sending to a dead rank at once rather than after three
+missed heartbeats. ``MPIDIST_PEER_WATCH=0`` turns the watch off (the collective deadline, or
+the parameter servers' heartbeats, then find the dead).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from mpidist.logs import get_logger
 if TYPE_CHECKING:
     from mpi4py import MPI
 
-__all__ = ["PeerWatch", "Peer", "watch_peers", "GRACE_SECONDS", "ENV_VARIABLE"]
+__all__ = ["PeerWatch", "Peer", "OnLost", "watch_peers", "close_watches", "GRACE_SECONDS",
+           "ENV_VARIABLE"]
 
 log = get_logger("mpidist.comm")
 
@@ -70,21 +73,41 @@ class Peer(NamedTuple):
         return f"rank {self.rank} of {size} (pid {self.pid} on {self.host})"
 
 
-def watch_peers(comm: MPI.Comm, hosts: list[str] | None = None) -> PeerWatch | None:
+# ``on_lost(peer, stopped)``: a watched rank ended without goodbye (``stopped``: by a signal,
+# after its own line). Called on the watch's thread: it must be quick, make no MPI call and
+# not raise.
+OnLost = Callable[[Peer, bool], None]
+
+_started: list[PeerWatch] = []  # every watch of this process, for close_watches
+
+
+def watch_peers(comm: MPI.Comm, hosts: list[str] | None = None,
+                on_lost: OnLost | None = None) -> PeerWatch | None:
     """Start watching the ranks of ``comm`` (collective over it: every rank calls it once, right
     after the communicator is built); None when alone, when ``MPIDIST_PEER_WATCH=0``, or when no
     connection could be made (a warning says why; the collective deadline remains).
+
+    Without ``on_lost`` a death ends the job on every rank (a collective job cannot go on);
+    with it, the job goes on and ``on_lost`` hears of each death rank 0 sees, or of rank 0's.
 
     The watch says goodbye by itself at exit (an ``atexit`` handler registered now, so it runs
     after those registered later, such as the communicator's exit meeting)."""
     if comm.Get_size() == 1 or not get_config().peer_watch:
         return None
-    watch = PeerWatch(comm, hosts)
+    watch = PeerWatch(comm, hosts, on_lost)
     if not watch.start():
         return None
     atexit.register(watch.close)
     on_abort(watch.leave_with_report)
+    _started.append(watch)
     return watch
+
+
+def close_watches() -> None:
+    """Say goodbye on every watch of this process: for a rank that leaves on purpose without
+    running ``atexit`` handlers (``os._exit`` after a lost rank), so that it is no death."""
+    for watch in _started:
+        watch.close()
 
 
 class PeerWatch:
@@ -94,14 +117,17 @@ class PeerWatch:
         comm: The communicator whose ranks are watched (its construction just completed on
             every rank, so the one broadcast here cannot wait for a missing rank).
         hosts: The host of every rank, for reports (default: each rank's ``gethostname``).
+        on_lost: Told of each death instead of ending the job (see ``watch_peers``).
 
     Attributes:
         rank, size: This rank and the communicator's size.
         lost: The Peer whose death this rank noticed, or None.
     """
 
-    def __init__(self, comm: MPI.Comm, hosts: list[str] | None = None) -> None:
+    def __init__(self, comm: MPI.Comm, hosts: list[str] | None = None,
+                 on_lost: OnLost | None = None) -> None:
         self._comm = comm
+        self._on_lost = on_lost
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self._hosts = hosts
         self._closing = threading.Event()
@@ -184,8 +210,12 @@ class PeerWatch:
                     connection.close()
                     continue
                 if not data:
-                    self._lost(peer, stopped=_STOP in heard)
-                    return
+                    if self._on_lost is None:
+                        self._lost(peer, stopped=_STOP in heard)
+                        return
+                    selector.unregister(connection)  # the job goes on: watch the others
+                    connection.close()
+                    self._on_lost(peer, _STOP in heard)
 
     def _accept(self, listener: socket.socket, token: str,
                 selector: selectors.BaseSelector) -> None:
@@ -225,6 +255,9 @@ class PeerWatch:
                 return
             if not data:
                 break
+        if self._on_lost is not None:
+            self._on_lost(self._hub, _STOP in heard)
+            return
         if self.rank > 1:  # rank 1 ends the job; the others only if it could not
             self._closing.wait(_LATER_SPOKE_SECONDS)  # wait-ok: a short fixed delay
         self._lost(self._hub, stopped=_STOP in heard)

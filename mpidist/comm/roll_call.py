@@ -2,11 +2,16 @@
 
 A collective that some ranks never enter (a strategy built behind ``if rank == 0:``) shows
 the ranks that did enter only that it does not complete; MPI does not say who is missing.
-Before such a meeting, each rank tells rank 0 that it has arrived, with one small
-non-blocking message on a reserved tag of the base communicator. If the meeting completes,
-rank 0 takes every message (none is left unmatched). If it does not, rank 0 counts the
-messages that came, names the ranks that did not, and sends that list to the ranks that
-came, so every waiting rank reports the same names.
+A rank that has waited at such a meeting for a while (``announce_after``) tells rank 0 that it
+has arrived, with one small non-blocking message on a reserved tag of the base communicator.
+If the meeting completes, the ranks count on the new communicator how many such messages were
+sent and rank 0 takes exactly those (none is left unmatched). If it does not, rank 0 counts the
+messages that came, names the ranks that did not, and sends that list to the ranks that came,
+so every waiting rank reports the same names.
+
+Why only after a while: the base communicator is the program's own (MPI_COMM_WORLD), and a
+program receiving with ``MPI.ANY_TAG`` could take mpidist's message. A meeting whose ranks all
+come within ``announce_after`` sends nothing on it.
 """
 
 from __future__ import annotations
@@ -48,23 +53,33 @@ class RollCall:
         self._base = base
         self.rank, self.size = base.Get_rank(), base.Get_size()
         self._mine = np.array([self.rank], dtype=np.int32)  # alive until the send completes
-        self._sent = base.Isend(self._mine, dest=0, tag=ARRIVED_TAG) \
-            if self.rank != 0 and self.size > 1 else None
+        self._sent: Any = None
 
-    def settle(self) -> None:
-        """After the meeting completed: rank 0 takes every rank's message, the others finish
-        their send. Every rank arrived, so both end at once (bounded all the same)."""
+    def announce(self) -> None:
+        """Tell rank 0 that this rank has arrived (once; rank 0 itself sends nothing). Called
+        when the meeting has not completed within ``announce_after``."""
+        if self._sent is None and self.rank != 0 and self.size > 1:
+            self._sent = self._base.Isend(self._mine, dest=0, tag=ARRIVED_TAG)
+
+    def settle(self, met: MPI.Comm) -> None:
+        """After the meeting completed, on ``met`` (the communicator it built, whose ranks are
+        the base's): rank 0 takes exactly the arrival messages that were sent, the senders
+        finish their send. Every rank arrived, so both end at once (bounded all the same)."""
         if self.size == 1:
             return
-        if self.rank != 0:
-            sent = self._sent
-            assert sent is not None  # posted by every rank but 0
-            wait_until(sent.Test, "rank 0 to take this rank's arrival message", "rank 0",
-                       kind=WaitKind.CONSTRUCTION)
+        sent = np.array([int(self._sent is not None)], dtype=np.int32)
+        count = np.zeros(1, dtype=np.int32)
+        met.Allreduce(sent, count)  # wait-ok: every rank has arrived (the meeting completed)
+        if not count[0]:
             return
-        boxes = [np.zeros(1, dtype=np.int32) for _ in range(1, self.size)]
-        requests = [self._base.Irecv(box, source=src, tag=ARRIVED_TAG)
-                    for src, box in zip(range(1, self.size), boxes)]
+        if self.rank != 0:
+            if self._sent is not None:
+                wait_until(self._sent.Test, "rank 0 to take this rank's arrival message",
+                           "rank 0", kind=WaitKind.CONSTRUCTION)
+            return
+        boxes = [np.zeros(1, dtype=np.int32) for _ in range(int(count[0]))]
+        requests = [self._base.Irecv(box, source=self._mpi.ANY_SOURCE, tag=ARRIVED_TAG)
+                    for box in boxes]
         wait_until(lambda: self._mpi.Request.Testall(requests),
                    "every rank's arrival message", f"the {self.size} ranks",
                    kind=WaitKind.CONSTRUCTION)

@@ -196,6 +196,22 @@ class Dispatcher:
 
     # -- the dispatcher thread ----------------------------------------------------------------
     def _loop(self) -> None:
+        """The thread's body. Should it fail (MPI wedged on a dead rank, say), the failure
+        becomes the job's error, raised by join() and every later call, instead of a silent
+        dead thread that join() would wait for until its deadline."""
+        try:
+            self._move_closures()
+        except BaseException as exc:  # noqa: BLE001 - handed to the user's thread below
+            log.error("the chief's dispatcher thread failed: %s", exc)
+            with self._cond:
+                if self._fatal is None:
+                    self._fatal = UnavailableError(
+                        f"the chief's dispatcher thread, which sends scheduled functions to the "
+                        f"workers, failed: {type(exc).__name__}: {exc}")
+                    self._fatal.__cause__ = exc
+                self._cond.notify_all()
+
+    def _move_closures(self) -> None:
         transport = self._runtime.transport
         use_client(self._runtime.client)  # results may hold variables of this rank
         # The chief's thread shares the cores with the workers: it polls, yielding the core
@@ -363,6 +379,9 @@ class Dispatcher:
         return got_any
 
     def _check_heartbeats(self) -> None:
+        gone = self._runtime.transport.gone()
+        if gone:
+            self._fail_gone(gone)
         now = time.monotonic()
         stalled = now - self._last_check > self._heartbeat_limit / 3
         self._last_check = now
@@ -384,18 +403,33 @@ class Dispatcher:
                 if now - seen > self._heartbeat_limit and rank not in self.lost:
                     self._fail_ps(rank, now - seen)
 
-    def _fail_ps(self, rank: int, silent: float) -> None:
-        """A parameter server stopped its heartbeats: fatal at once (its variables are gone),
-        without waiting for a request's MPIDIST_PS_TIMEOUT."""
+    def _fail_gone(self, gone: dict[int, str]) -> None:
+        """Ranks whose process ended (the transport saw it): failed now, not after three
+        missed heartbeats, and sent nothing more."""
+        with self._cond:
+            for worker in self._workers:
+                if worker.alive and worker.rank in gone:
+                    self._fail(worker, gone[worker.rank])
+            for rank in self._ps_seen:
+                if rank in gone and rank not in self.lost:
+                    self._fail_ps(rank, reason=gone[rank])
+
+    def _fail_ps(self, rank: int, silent: float = 0.0, reason: str | None = None) -> None:
+        """A parameter server stopped its heartbeats (``silent`` seconds), or its process ended
+        (``reason``): fatal at once (its variables are gone), without waiting for a request's
+        MPIDIST_PS_TIMEOUT."""
         where = self._runtime.roles.describe(rank)
-        reason = f"no heartbeat for {silent:.1f} s"
+        if reason is None:
+            reason = (f"no heartbeat for {silent:.1f} s (one every "
+                      f"{get_config().ps_heartbeat_seconds:g} s, MPIDIST_PS_HEARTBEAT_SECONDS; "
+                      "three missed mark it failed)")
         log.warning("parameter server %s failed (%s)", where, reason)
         self.lost[rank] = reason
+        self._runtime.forget(rank)
         if self._fatal is None:
             self._fatal = PSUnavailableError(
-                f"parameter server {where} is gone: {reason} (one every "
-                f"{get_config().ps_heartbeat_seconds:g} s, MPIDIST_PS_HEARTBEAT_SECONDS; three "
-                "missed mark it failed). A parameter server that fails cannot be replaced: "
+                f"parameter server {where} is gone: {reason}. "
+                "A parameter server that fails cannot be replaced: "
                 "restart the job and restore the latest checkpoint (docs/ps.md, 'Failures').",
                 ps_rank=rank, task=self._runtime.roles.task_name(rank))
         self._cond.notify_all()
@@ -404,6 +438,7 @@ class Dispatcher:
         where = self._runtime.roles.describe(worker.rank)
         log.warning("%s failed (%s): its closures run on the other workers", where, reason)
         worker.alive = False
+        self._runtime.forget(worker.rank)
         self.lost[worker.rank] = reason
         self._requeue_inflight(worker)
         worker.tagged.clear()

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mpidist.comm.peer_watch import close_watches
 from mpidist.config import get_config
 from mpidist.core.waiting import Wait, wait_until
 from mpidist.ps.roles import ClusterRoles
@@ -61,6 +62,7 @@ def leave_without_finalize(code: int, message: str | None = None) -> None:
     included): write ``message`` (prefixed with the rank), flush the output, ``os._exit``."""
     if message:
         announce(message)
+    close_watches()  # leaving on purpose: no peer must take this for a death
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -92,10 +94,18 @@ def skip_finalize_at_exit(code: int = 0) -> None:
 class ChiefWatch:
     """On a ps or worker rank: when it last heard from the chief, and whether the chief has
     been silent past ``MPIDIST_PS_COORDINATOR_TIMEOUT`` (then ``check`` raises
-    ChiefGoneError with a report naming the chief and since when)."""
+    ChiefGoneError with a report naming the chief and since when).
 
-    def __init__(self, roles: ClusterRoles) -> None:
+    Args:
+        roles: The job's roles.
+        gone: The transport's ``gone``: ranks whose process is known to have ended. A chief
+            among them is gone at once, without waiting out its silence.
+    """
+
+    def __init__(self, roles: ClusterRoles,
+                 gone: Callable[[], dict[int, str]] = dict) -> None:
         self._roles = roles
+        self._gone = gone
         self._wait = Wait("a message or heartbeat from the chief",
                           f"the chief {roles.describe(roles.chief_rank)}",
                           get_config().ps_coordinator_timeout,
@@ -113,6 +123,16 @@ class ChiefWatch:
         now = time.monotonic() if now is None else now
         if now - self.last > self._wait.timeout:
             raise self.gone(now)
+        ended = self._gone().get(self._roles.chief_rank)
+        if ended is not None:
+            raise self.ended(ended)
+
+    def ended(self, how: str) -> ChiefGoneError:
+        chief = self._roles.describe(self._roles.chief_rank)
+        return ChiefGoneError(
+            f"the chief {chief} is gone: {how}, without shutting the job down. Ending "
+            f"{self._roles.describe()} with exit code 1; restart the job and restore the latest "
+            "checkpoint.")
 
     def gone(self, now: float) -> ChiefGoneError:
         chief = self._roles.describe(self._roles.chief_rank)
@@ -129,6 +149,14 @@ class ChiefWatch:
         def expire(wait: Wait, now: float) -> Any:
             raise self.gone(now)
 
-        wait_until(ready, what, f"the chief {self._roles.describe(self._roles.chief_rank)}",
+        def ready_while_chief_lives() -> bool:
+            if ready():
+                return True
+            ended = self._gone().get(self._roles.chief_rank)
+            if ended is not None:
+                raise self.ended(ended)
+            return False
+
+        wait_until(ready_while_chief_lives, what, f"the chief {self._roles.describe(self._roles.chief_rank)}",
                    timeout=self._wait.timeout, setting="MPIDIST_PS_COORDINATOR_TIMEOUT",
                    progress=lambda: self.last, poll=poll, on_expiry=expire)

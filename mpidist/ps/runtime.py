@@ -66,11 +66,12 @@ class ChiefPulse:
     def _run(self) -> None:
         interval = get_config().ps_heartbeat_seconds
         while not self._stop.wait(interval):  # wait-ok: the pulse's period, until stop()
+            skip = self.skip.union(self._transport.gone())
             for rank in self._roles.worker_ranks:
-                if rank not in self.skip:
+                if rank not in skip:
                     messages.send(self._transport, rank, messages.Heartbeat())
             for rank in self._roles.ps_ranks:
-                if rank not in self.skip:
+                if rank not in skip:
                     self._transport.send(DATA, rank, REQUEST_TAG, self._ping)
             self._transport.progress()
 
@@ -143,6 +144,12 @@ class TaskRuntime:
         roles = resolve_roles(resolver, world.Get_size(), world.Get_rank())
         agree_on_cluster("ParameterServerStrategy", resolver)  # same layout everywhere, bounded
         return cls(roles, _world_transport(), resolver)
+
+    def forget(self, rank: int) -> None:
+        """``rank`` is lost to the job: the chief's heartbeat stops going to it (a send to a
+        dead rank never completes, and may wedge MPI)."""
+        if self.pulse is not None:
+            self.pulse.skip.add(rank)
 
     def note_stop(self, stopped: bool) -> None:
         """(``comm.mpi.on_abort``) The chief ends with its own report: after Ctrl-C (every

@@ -47,7 +47,7 @@ class ParameterServer:
         self._transport = transport
         self._roles = roles
         self._faults = faults  # the fault-injection seam; None: nothing is injected
-        self._watch = ChiefWatch(roles)
+        self._watch = ChiefWatch(roles, transport.gone)
         self._store: dict[int, np.ndarray] = {}
         self._posted_errors: dict[int, bytes] = {}  # requester rank -> first error since its fence
         self.requests_served = 0
@@ -73,7 +73,7 @@ class ParameterServer:
         backoff = Backoff()
         transport = self._transport
         chief = self._roles.chief_rank
-        watch = self._watch = ChiefWatch(self._roles)
+        watch = self._watch = ChiefWatch(self._roles, transport.gone)
         task_id = self._roles.task_of(transport.rank)[1]
         idle_checks = 0
         beating = threading.Event()

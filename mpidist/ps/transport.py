@@ -6,8 +6,9 @@ Two transports with one interface:
 - ``MPITransport``: two duplicates of ``MPI_COMM_WORLD`` (``data``: anyone <-> parameter servers;
   ``ctrl``: chief <-> workers, so closures never match variable traffic). Sends are ``Isend``s
   kept until complete; receives are matched probes (``Improbe`` + ``Message.Recv``), so two
-  threads of a rank never take each other's messages. Every MPI call is made under one lock:
-  MPI_THREAD_SERIALIZED is enough.
+  threads of a rank never take each other's messages. Every MPI call is made under one lock
+  (MPI_THREAD_SERIALIZED is enough), taken with a deadline: a thread wedged inside MPI is
+  named, never a silent hang of the others.
 - ``LocalTransport``: the same over in-process mailboxes, one per simulated rank (threads), for
   unit tests and in-process clusters (TF's own tests run an in-process cluster too).
 
@@ -25,6 +26,7 @@ import time
 from collections import deque
 from typing import Any
 
+from mpidist.comm.peer_watch import Peer, watch_peers
 from mpidist.config import get_config
 from mpidist.core.waiting import Wait, wait_until
 from mpidist.errors import DeadlineExceededError
@@ -143,6 +145,11 @@ class Transport:
         """The destinations of sends not yet complete (after ``close``: abandoned)."""
         return []
 
+    def gone(self) -> dict[int, str]:
+        """Ranks whose process is known to have ended without leaving the job, each with a
+        description (pid and host): the chief knows of every rank, the others of the chief."""
+        return {}
+
     def close(self, timeout: float = 5.0) -> None:
         """Finish pending sends (bounded by ``timeout`` seconds, then abandoned)."""
 
@@ -170,16 +177,47 @@ class MPITransport(Transport):
                        private_duplicate(world, "a ParameterServerStrategy job (its control "
                                                 "channel)"))
         self._lock = threading.Lock()
+        self._lock_timeout = get_config().ps_timeout
+        self._holder: tuple[str, str, int, float] = ("", "", -1, 0.0)  # for _enter's report
         # (request, buffer, dest) of Isends not yet complete: the buffer stays alive until then.
         self._pending: list[tuple[Any, Any, int]] = []
         self._status = mpi.Status()
+        # A process that ends is seen at once through a socket, not through MPI: nothing is
+        # sent to it after that (MPI may wedge on a send to a dead rank), and the chief need
+        # not wait for three missed heartbeats.
+        self._gone: dict[int, str] = {}
+        self._watch = watch_peers(self._comms[CTRL], on_lost=self._note_gone)
+
+    def _note_gone(self, peer: Peer, stopped: bool) -> None:
+        how = "stopped by a signal" if stopped else "ended without leaving the job"
+        self._gone = {**self._gone, peer.rank: f"its process (pid {peer.pid} on {peer.host}) {how}"}
+
+    def gone(self) -> dict[int, str]:
+        return self._gone
 
     @property
     def owns_process(self) -> bool:
         return True
 
+    def _enter(self, call: str, peer: int) -> None:
+        """Take the lock every MPI call is made under, bounded: a thread wedged inside MPI
+        (MPICH may never return from a send to a dead rank) must not hang every other thread
+        of this rank, the failure detector's included. Past the PS timeout, DeadlineExceeded
+        names what the holder is doing and since when."""
+        if not self._lock.acquire(False) and not self._lock.acquire(timeout=self._lock_timeout):
+            thread, held_call, held_peer, since = self._holder
+            raise DeadlineExceededError(
+                f"{threading.current_thread().name} of rank {self.rank} waited "
+                f"{self._lock_timeout:g} s to make an MPI call ({call}, rank {peer}): thread "
+                f"{thread} has been inside {held_call} (rank {held_peer}) for "
+                f"{time.monotonic() - since:.1f} s. The MPI library is wedged, most likely on a "
+                f"rank that died; this rank cannot go on (MPIDIST_PS_TIMEOUT is "
+                f"{self._lock_timeout:g} s).")
+        self._holder = (threading.current_thread().name, call, peer, time.monotonic())
+
     def send(self, channel: int, dest: int, tag: int, message: Any) -> Any:
-        with self._lock:
+        self._enter("MPI_Isend", dest)
+        try:
             if self._pending:
                 self._reap()
             request = self._comms[channel].Isend(message, dest, tag)
@@ -187,26 +225,34 @@ class MPITransport(Transport):
                 return None
             self._pending.append((request, message, dest))
             return request
+        finally:
+            self._lock.release()
 
     def sent(self, handle: Any) -> bool:
-        with self._lock:
+        self._enter("MPI_Test", -1)
+        try:
             return bool(handle.Test())
+        finally:
+            self._lock.release()
 
     def _reap(self) -> None:
         self._pending = [p for p in self._pending if not p[0].Test()]
 
     def progress(self) -> None:
         if self._pending:
-            with self._lock:
+            self._enter("MPI_Test of pending sends", -1)
+            try:
                 self._reap()
+            finally:
+                self._lock.release()
 
     def unsent(self) -> list[int]:
-        with self._lock:
-            return sorted({dest for _, _, dest in self._pending})
+        return sorted({dest for _, _, dest in list(self._pending)})
 
     def try_recv(self, channel: int, source: int = ANY, tag: int = ANY) -> Received | None:
         mpi = self._mpi
-        with self._lock:
+        self._enter("MPI_Improbe", source)
+        try:
             status = self._status
             message = self._comms[channel].Improbe(
                 mpi.ANY_SOURCE if source == ANY else source, mpi.ANY_TAG if tag == ANY else tag,
@@ -216,20 +262,31 @@ class MPITransport(Transport):
             buffer = bytearray(status.Get_count(mpi.BYTE))
             found_source, found_tag = status.Get_source(), status.Get_tag()
             message.Recv(buffer)  # wait-ok: a matched message (Improbe) is already here
+        finally:
+            self._lock.release()
         return found_source, found_tag, buffer
 
     def recv_into(self, channel: int, source: int, tag: int, out: Any, what: str, on: str,
                   timeout: float, setting: str | None = None) -> None:
-        with self._lock:
+        self._enter("MPI_Irecv", source)
+        try:
             request = self._comms[channel].Irecv(out, source, tag)
+        finally:
+            self._lock.release()
 
         def done() -> bool:
-            with self._lock:
+            self._enter("MPI_Test", source)
+            try:
                 return bool(request.Test())
+            finally:
+                self._lock.release()
 
         def expire(wait: Wait, now: float) -> Any:
-            with self._lock:
+            self._enter("MPI_Cancel", source)
+            try:
                 request.Cancel()
+            finally:
+                self._lock.release()
             raise wait.error(now)
 
         wait_until(done, what, on, timeout=timeout, setting=setting,

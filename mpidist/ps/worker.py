@@ -83,7 +83,7 @@ class WorkerLoop:
         self._task_id = runtime.roles.task_id
         self._chief = runtime.roles.chief_rank
         self._stop_watchdog = threading.Event()
-        self._watch = ChiefWatch(runtime.roles)
+        self._watch = ChiefWatch(runtime.roles, runtime.transport.gone)
         self._lock = threading.Lock()
         self._running: _Running | None = None
         self._gone: ChiefGoneError | None = None  # set by the watchdog (in-process clusters)
