@@ -224,6 +224,9 @@ class Dispatcher:
                 if self._stopping:
                     return
             busy = self._drain(transport)
+            gone = transport.gone()
+            if gone:  # before any work is sent: nothing goes to a rank whose process ended
+                self._fail_gone(gone)
             busy = self._send_work() or busy
             # Heartbeats that came while large arguments were sent count before any verdict.
             busy = self._drain(transport) or busy
@@ -379,9 +382,6 @@ class Dispatcher:
         return got_any
 
     def _check_heartbeats(self) -> None:
-        gone = self._runtime.transport.gone()
-        if gone:
-            self._fail_gone(gone)
         now = time.monotonic()
         stalled = now - self._last_check > self._heartbeat_limit / 3
         self._last_check = now
