@@ -15,11 +15,12 @@ it at once and name the rank that left, instead of waiting for the deadline.
 
 from __future__ import annotations
 
-import atexit
+import functools
 import sys
 import time
 from typing import TYPE_CHECKING, NoReturn
 
+from mpidist.comm.exit_sequence import at_exit
 from mpidist.comm.mpi import abort_job, install_abort_on_exception, mpi_module
 from mpidist.comm.roll_call import RollCall
 from mpidist.core.waiting import Wait, WaitKind, deadline_seconds, wait_until
@@ -76,7 +77,7 @@ def private_duplicate(base: MPI.Comm, purpose: str) -> MPI.Comm:
             f"but rank {left[0]} ended its program without building it. Every rank must build "
             "the same strategy, in the same order (e.g. not behind `if rank == 0:`).")
         install_abort_on_exception()
-        atexit.register(abort_job, f"ending the job: {reason}")
+        at_exit("abort", functools.partial(abort_job, f"ending the job: {reason}"))
         raise UnavailableError(reason)
 
     def expire(wait: Wait, now: float) -> NoReturn:
@@ -91,7 +92,7 @@ def private_duplicate(base: MPI.Comm, purpose: str) -> MPI.Comm:
         # The idup stays pending, so MPI cannot finalize: end the job at exit, or now if the
         # error is not caught.
         install_abort_on_exception()
-        atexit.register(abort_job, f"ending the job: {reason}")
+        at_exit("abort", functools.partial(abort_job, f"ending the job: {reason}"))
         raise DeadlineExceededError(reason)
 
     wait_until(arrived, f"every rank to build {purpose}", f"the {size} ranks of the job",
@@ -118,4 +119,4 @@ def announce_departure() -> None:
             world.Isend(note, peer, _DEPARTURE_TAG).Free()  # completes on its own (eager)
 
 
-atexit.register(announce_departure)
+at_exit("depart", announce_departure)

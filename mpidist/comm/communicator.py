@@ -13,7 +13,6 @@ raise UnavailableError, and at exit the rank aborts the job so that no peer wait
 
 from __future__ import annotations
 
-import atexit
 import pickle
 import threading
 from collections.abc import Iterable
@@ -28,6 +27,7 @@ from mpidist.comm.collective_call import CollectiveCall, dtype_name
 from mpidist.comm.collective_guard import CollectiveGuard
 from mpidist.comm.cuda_aware import cuda_aware_mpi, describe
 from mpidist.comm.device_buffers import synchronize_stream_of, through_host
+from mpidist.comm.exit_sequence import at_exit
 from mpidist.comm.gather import all_gather_bytes, all_gather_varying
 from mpidist.comm.mpi import abort_job, check_launch, install_abort_on_exception, mpi_module
 from mpidist.comm.peer_watch import watch_peers
@@ -126,10 +126,10 @@ class Communicator:
                  "on" if self.check_collectives else "off")
         if self.size > 1:
             install_abort_on_exception()
-        # A rank that dies ends the job at once (comm/peer_watch.py); its goodbye at exit is
-        # registered first, so it runs after the exit meeting below.
+        # A rank that dies ends the job at once (comm/peer_watch.py); at exit the meeting
+        # below comes first, then the watch's goodbye (comm/exit_sequence.py).
         self._peers = watch_peers(self._control, self.hosts)
-        atexit.register(self._at_exit)
+        at_exit("meet", self._at_exit)
 
     @property
     def check_collectives(self) -> bool:

@@ -30,7 +30,6 @@ the parameter servers' heartbeats, then find the dead).
 
 from __future__ import annotations
 
-import atexit
 import os
 import secrets
 import selectors
@@ -40,6 +39,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from mpidist.comm.exit_sequence import at_exit
 from mpidist.comm.mpi import abort_job, on_abort, rank_label
 from mpidist.config import get_config
 from mpidist.logs import get_logger
@@ -90,14 +90,14 @@ def watch_peers(comm: MPI.Comm, hosts: list[str] | None = None,
     Without ``on_lost`` a death ends the job on every rank (a collective job cannot go on);
     with it, the job goes on and ``on_lost`` hears of each death rank 0 sees, or of rank 0's.
 
-    The watch says goodbye by itself at exit (an ``atexit`` handler registered now, so it runs
-    after those registered later, such as the communicator's exit meeting)."""
+    The watch says goodbye by itself at exit (the exit sequence's ``leave`` phase, after the
+    communicators' exit meetings)."""
     if comm.Get_size() == 1 or not get_config().peer_watch:
         return None
     watch = PeerWatch(comm, hosts, on_lost)
     if not watch.start():
         return None
-    atexit.register(watch.close)
+    at_exit("leave", watch.close)
     on_abort(watch.leave_with_report)
     _started.append(watch)
     return watch
@@ -105,7 +105,7 @@ def watch_peers(comm: MPI.Comm, hosts: list[str] | None = None,
 
 def close_watches() -> None:
     """Say goodbye on every watch of this process: for a rank that leaves on purpose without
-    running ``atexit`` handlers (``os._exit`` after a lost rank), so that it is no death."""
+    running the exit sequence (``os._exit`` after a lost rank), so that it is no death."""
     for watch in _started:
         watch.close()
 

@@ -10,7 +10,7 @@ hearing from the chief (whose ``runtime.ChiefPulse`` speaks every
 ``ChiefGoneError`` (``ChiefWatch``) and ends the same way, with the report and exit code 1.
 """
 
-import atexit
+import functools
 import logging
 import os
 import signal
@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mpidist.comm.exit_sequence import at_exit
 from mpidist.comm.peer_watch import close_watches
 from mpidist.config import get_config
 from mpidist.core.waiting import Wait, wait_until
@@ -83,12 +84,12 @@ _skip_registered: list[int] = []
 
 def skip_finalize_at_exit(code: int = 0) -> None:
     """At this process's normal exit, leave without MPI_Finalize (a rank of the job is lost)
-    with exit code ``code``. mpi4py finalizes after every Python ``atexit`` handler, so this
-    one (registered last, run first) ends the process before; output is flushed."""
+    with exit code ``code``: the last step of the exit sequence (comm/exit_sequence.py), after
+    the goodbyes; mpi4py's MPI_Finalize would come after it. Output is flushed."""
     if _skip_registered:
         return
     _skip_registered.append(code)
-    atexit.register(leave_without_finalize, code)
+    at_exit("end", functools.partial(leave_without_finalize, code))
 
 
 class ChiefWatch:

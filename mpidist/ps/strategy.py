@@ -11,7 +11,7 @@ The coordinator and ``mpidist.Server`` build on this module, never the reverse: 
 ClusterCoordinator type is registered here by its module (``register_coordinator``).
 """
 
-import atexit
+import functools
 import itertools
 from collections.abc import Callable
 from typing import Any, cast
@@ -19,6 +19,7 @@ from typing import Any, cast
 import numpy as np
 
 from mpidist.cluster_resolver.mpi import MPIClusterResolver
+from mpidist.comm.exit_sequence import at_exit
 from mpidist.comm.mpi import on_abort
 from mpidist.config import get_config
 from mpidist.core import state
@@ -229,7 +230,8 @@ class ParameterServerExtended(SingleReplicaExtended):
         await_workers(self._runtime)
         self._runtime.pulse = ChiefPulse(self._runtime.transport, self._runtime.roles)
         if isinstance(self._runtime.transport, MPITransport):  # an in-process cluster stops itself
-            atexit.register(shutdown_job, cast(ParameterServerStrategy, self._container_strategy()))
+            strategy = cast(ParameterServerStrategy, self._container_strategy())
+            at_exit("meet", functools.partial(shutdown_job, strategy))
             on_abort(self._runtime.note_stop)
 
     def _distribute_datasets_from_function(self, dataset_fn: Callable[[InputContext], Any],
