@@ -11,7 +11,10 @@ else.
 from __future__ import annotations
 
 import collections.abc
-from typing import TYPE_CHECKING, Any, cast
+import functools
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -24,7 +27,9 @@ if TYPE_CHECKING:
     from mpidist.data.element import Element, Structure
 
 __all__ = ["to_data", "short", "flatten_up_to", "positive_int", "count_int", "count_or_all",
-           "flag", "check_signature", "seed_int"]
+           "flag", "check_signature", "seed_int", "op_names_checked"]
+
+_C = TypeVar("_C", bound=type)
 
 
 def to_data(x: Any, what: str) -> Element:
@@ -144,3 +149,43 @@ def seed_int(seed: object) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative int or None, got {seed!r}.")
     return int(seed)
+
+
+def op_names_checked(cls: _C) -> _C:
+    """Class decorator: every public method of ``cls`` that takes ``name`` (TF's name of the
+    operation) refuses anything but a str or None. A data argument given one place too far
+    lands there (``from_tensor_slices(x, y)``: ``y`` is the name) and would otherwise be
+    dropped without a word."""
+    for attr, value in list(vars(cls).items()):
+        if attr.startswith("_"):
+            continue
+        wrapper = type(value) if isinstance(value, (staticmethod, classmethod)) else None
+        fn = value.__func__ if wrapper is not None else value
+        if not inspect.isfunction(fn):
+            continue
+        params = list(inspect.signature(fn).parameters.values())
+        names = [p.name for p in params]
+        if "name" not in names:
+            continue
+        positional = params[names.index("name")].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        index = names.index("name") if positional else None  # None: keyword only
+        checked = _checking_name(fn, index, f"{cls.__name__}.{attr}")
+        setattr(cls, attr, wrapper(checked) if wrapper is not None else checked)
+    return cls
+
+
+def _checking_name(fn: Callable[..., Any], index: int | None, where: str
+                   ) -> Callable[..., Any]:
+    hint = (" Several arrays go in one tuple: Dataset.from_tensor_slices((x, y))."
+            if where.endswith(("from_tensor_slices", "from_tensors")) else "")
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        name = kwargs.get("name", args[index] if index is not None and len(args) > index
+                          else None)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{where}: argument 'name' got {short(name)}; it is the operation's "
+                            f"name, a str or None, not data.{hint}")
+        return fn(*args, **kwargs)
+
+    return checked

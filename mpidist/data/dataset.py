@@ -31,6 +31,7 @@ from mpidist.data.arguments import (
     count_or_all,
     flag,
     flatten_up_to,
+    op_names_checked,
     positive_int,
     seed_int,
     short,
@@ -128,6 +129,7 @@ _DATASET = "mpidist.data.dataset:Dataset"  # read by accepts on the first call
 
 
 @tf_name_hints("Dataset")
+@op_names_checked
 class Dataset:
     """A lazy pipeline of elements (``tf.data.Dataset``). Build one with ``from_tensor_slices``,
     ``from_tensors``, ``range`` or ``from_generator`` and chain transformations."""

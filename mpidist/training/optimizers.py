@@ -13,6 +13,7 @@ declares (``StrategyExtended.update_applier``, ``mpidist.strategies.update_appli
 replicas' fused or per-variable path here, or the parameter servers (``mpidist.ps.updates``).
 """
 
+import inspect
 import contextlib
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -84,6 +85,24 @@ VAR_LIST = CallShapes("a var_list callable", {0: "var_list()"},
                       example="lambda: model.trainable_variables")
 
 
+# Arguments of older Keras and TF optimizers, with what takes their place here.
+_RENAMED_ARGUMENTS = {
+    "lr": "`learning_rate`",
+    "decay": "a schedule (learning_rate=lambda step: lr0 / (1 + decay * step))",
+}
+
+
+def _unknown_arguments(cls: type, unknown: dict[str, Any]) -> str:
+    """The error for keyword arguments ``cls`` does not take, with the replacement of each one
+    older Keras or TF took (``lr``, ``decay``)."""
+    fixes = [f"`{key}` is {_RENAMED_ARGUMENTS[key]} now" for key in unknown
+             if key in _RENAMED_ARGUMENTS]
+    taken = ", ".join(p for p in inspect.signature(cls).parameters if p != "kwargs")
+    return (f"{cls.__name__}() got unexpected keyword argument(s) {sorted(unknown)}"
+            + (f" ({'; '.join(fixes)})" if fixes else "") + f". It takes: {taken}, clipnorm, "
+            "clipvalue, global_clipnorm.")
+
+
 def _numbers_only(owner: str, **values: Any) -> None:
     """TypeError for a callable given as a hyperparameter that only takes a number here
     (Keras 2 also called a zero-argument callable for momentum, beta_1, beta_2 and epsilon;
@@ -132,7 +151,9 @@ class Optimizer:
             cls._custom_step = True
 
     def __init__(self, learning_rate: Any, clipnorm: Any = None, clipvalue: Any = None,
-                 global_clipnorm: Any = None, name: Any = "Optimizer") -> None:
+                 global_clipnorm: Any = None, name: Any = "Optimizer", **unknown: Any) -> None:
+        if unknown:
+            raise TypeError(_unknown_arguments(type(self), unknown))
         _numbers_only(type(self).__name__, clipnorm=clipnorm, clipvalue=clipvalue,
                       global_clipnorm=global_clipnorm)
         if sum(x is not None for x in (clipnorm, clipvalue, global_clipnorm)) > 1:
