@@ -1,6 +1,6 @@
 """What the workers agree on when a distributed dataset is created.
 
-Three things, in one tiny all-reduce (seven int64, MAX) so that creating a distributed dataset
+Four things, in one tiny all-reduce (nine int64, MAX) so that creating a distributed dataset
 costs one collective, as the seed broadcast alone did before:
 
 * the shuffle seed: the chief's random seed, for shuffles the user left unseeded;
@@ -11,6 +11,11 @@ costs one collective, as the seed broadcast alone did before:
   to the per-step agreement, as TensorFlow's multi-worker iterators always run it: every rank
   gets the right batches and stops at the same step (spec 7.1 / 7.5), and a warning says what
   DATA sharding of different datasets means;
+* for DATA sharding, which keeps each worker's share of every global batch of its own pipeline,
+  that the workers build the same sequence: a digest of the explicit shuffle seeds and of a
+  sample of an in-memory source. A shuffle seeded with the rank, or each rank's own slice of
+  the data, would lose some rows and repeat others without a word; it gets the warning above
+  (TF's DATA sharding gives the same answer, silently);
 * that FILE sharding splits the same list on every worker: a digest of the file names (or
   source elements) in the order they are split, without their directories (a node may read
   its own copy of the files). Each worker reads every W-th of its own list,
@@ -52,7 +57,7 @@ class Agreement:
 
 def agree(workers: InputWorkers, api: str, steps: int | None = None, rows: int | None = None,
           split: Sequence[str] | None = None, split_by: str = "FILE",
-          **fields: Hashable) -> Agreement:
+          order: Sequence[str] | None = None, **fields: Hashable) -> Agreement:
     """The seed and the step agreement for a distributed dataset made by ``api``.
 
     Args:
@@ -65,6 +70,9 @@ def agree(workers: InputWorkers, api: str, steps: int | None = None, rows: int |
         split: what FILE sharding splits among the workers, in order (file names), which
             must be the same on every worker; None where nothing is split or it is unknown.
         split_by: the auto-shard policy in effect, for the message.
+        order: what decides the order and content of the elements a worker sharding by
+            DATA splits (``dataset.order_units``), which should be the same on every worker;
+            None where nothing is split by DATA.
         fields: the user's arguments that every worker must agree on (the collective's
             fingerprint checks them).
     """
@@ -73,9 +81,11 @@ def agree(workers: InputWorkers, api: str, steps: int | None = None, rows: int |
         return Agreement(seed, steps is not None, steps)
     mine = [_UNPROVEN if steps is None else int(steps),
             _UNPROVEN if rows is None or steps is None else int(rows),
-            _UNPROVEN if split is None else _digest(split)]
+            _UNPROVEN if split is None else _digest(split),
+            _UNPROVEN if order is None else _digest(order)]
     buf = np.array([seed if workers.worker_index == 0 else 0,
-                    mine[0], -mine[0], mine[1], -mine[1], mine[2], -mine[2]], dtype=np.int64)
+                    mine[0], -mine[0], mine[1], -mine[1], mine[2], -mine[2], mine[3], -mine[3]],
+                   dtype=np.int64)
     with user_call(api, **fields):
         # multi_worker: comm is set
         workers.comm.all_reduce(buf, "max", timeout=workers.timeout_seconds)  # type: ignore[union-attr]
@@ -84,12 +94,13 @@ def agree(workers: InputWorkers, api: str, steps: int | None = None, rows: int |
         if -buf[6] != buf[5]:  # every worker sees the same, so every worker raises
             _raise_differing_splits(workers, api, split, split_by)
         proven = lo_steps != _UNPROVEN
-        if proven and (lo_steps != hi_steps or lo_rows != hi_rows):
+        orders_differ = bool(-buf[8] != buf[7])
+        if orders_differ or (proven and (lo_steps != hi_steps or lo_rows != hi_rows)):
             # Every worker sees the same totals, so every worker makes this call.
             table = workers.comm.all_gather(np.array([mine[:2]], dtype=np.int64),  # type: ignore[union-attr]
                                             timeout=workers.timeout_seconds)
             if workers.worker_index == 0:
-                warnings.warn(_differing_datasets(api, table), UserWarning,
+                warnings.warn(_differing_datasets(api, table, orders_differ), UserWarning,
                               stacklevel=_user_stacklevel())
     if not proven:
         return Agreement(seed, False)
@@ -140,11 +151,15 @@ def _summary(split: Sequence[str]) -> str:
     return f"{n} file(s), digest {_digest(split):016x}"
 
 
-def _differing_datasets(api: str, table: np.ndarray) -> str:
-    per_rank = "; ".join(f"rank {r}: {_count(s)} step(s) from {n} source element(s)"
+def _differing_datasets(api: str, table: np.ndarray, orders_differ: bool) -> str:
+    per_rank = "; ".join(f"rank {r}: {_count(s)} step(s) from {_count(n)} source element(s)"
                          for r, (s, n) in enumerate(table.tolist()))
+    order = (" and give their elements in a different order or with different content (a "
+             "shuffle seeded differently on each worker, e.g. seed=rank, or each worker's own "
+             "slice of the data: use one seed everywhere, or none, and give every worker all "
+             "the data)") if orders_differ else ""
     return (
-        f"{api}: the workers' datasets differ ({per_rank}), but the auto-shard policy is "
+        f"{api}: the workers' datasets differ ({per_rank}){order}, but the auto-shard policy is "
         "AUTO/DATA, which expects the same dataset on every worker and keeps each worker's "
         "share of every global batch, so each worker uses only part of its own data. Every "
         "worker stops at the same step (a worker out of data gets empty batches until all are). "
@@ -164,4 +179,6 @@ def _user_stacklevel() -> int:
 
 
 def _count(steps: int) -> str:
+    if steps == _UNPROVEN:
+        return "an unknown number of"
     return "infinitely many" if steps == -1 else str(steps)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import collections.abc
+import hashlib
 import inspect
 import itertools
 import os
@@ -62,9 +63,10 @@ if TYPE_CHECKING:
 __all__ = ["Dataset", "FileReader", "BlockSizes", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY",
            "SHARD_HINT", "IterationContext", "iterate", "static_batch_size", "source_row_count",
            "find_file_reader", "file_count", "file_shard_units", "source_units",
-           "has_shard_hints"]
+           "order_units", "has_shard_hints"]
 
 AUTOTUNE = -1
+_SAMPLED_ROWS = 64  # rows of an in-memory source the DATA-sharding agreement compares
 SHARD_HINT = -1  # shard(SHARD_HINT, SHARD_HINT): filled in by AutoShardPolicy.HINT
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
@@ -474,6 +476,11 @@ class Dataset:
         """A source's elements as strings, where it is an in-memory list of names."""
         return None
 
+    def _order_units(self) -> tuple[str, ...]:
+        """What this node adds to the order and content of the elements that workers sharding
+        by DATA must agree on: an explicit shuffle seed, a sample of an in-memory source."""
+        return ()
+
     def _chain_from_source(self) -> list[Dataset]:
         chain: list[Dataset] = []
         node: Dataset | None = self
@@ -541,6 +548,17 @@ class _TensorSlices(Dataset):
         if len(self._flat) != 1 or names.ndim != 1 or names.dtype.kind not in "USO":
             return None
         return tuple(n.decode(errors="replace") if isinstance(n, bytes) else str(n) for n in names)
+
+    def _order_units(self) -> tuple[str, ...]:
+        # A sample, not the whole array: cheap at any size, and a worker's own slice or
+        # permutation of the data differs in almost every sampled row.
+        rows = np.unique(np.linspace(0, self._n - 1, num=min(self._n, _SAMPLED_ROWS), dtype=np.int64))
+        digest = hashlib.blake2b(digest_size=8)
+        for leaf in self._flat:
+            digest.update(f"{leaf.dtype.str}{leaf.shape}".encode())
+            if leaf.dtype.kind != "O":
+                digest.update(np.ascontiguousarray(leaf[rows]).tobytes())
+        return (f"rows {digest.hexdigest()}",)
 
 
 def _snapshot(array: Any) -> np.ndarray:
@@ -800,6 +818,9 @@ class _Shuffle(_RowOrderOp):
 
     def _yields_blocks(self) -> bool:
         return False
+
+    def _order_units(self) -> tuple[str, ...]:
+        return () if self._seed is None else (f"shuffle(seed={self._seed})",)
 
     def _rng(self, ctx: IterationContext) -> np.random.Generator:
         instance = ctx.next_instance(self)
@@ -1567,6 +1588,13 @@ def source_units(dataset: Dataset) -> tuple[str, ...] | None:
     """The elements of the source at the start of ``dataset``'s chain as strings, where it is
     an in-memory list of names; None otherwise."""
     return dataset._chain_from_source()[0]._listed_units()
+
+
+def order_units(dataset: Dataset) -> tuple[str, ...]:
+    """What decides the order and content of ``dataset``'s elements, as strings, for workers
+    that shard it by DATA and so must build the same sequence: explicit shuffle seeds and a
+    sample of an in-memory source, along the chain."""
+    return tuple(unit for node in dataset._chain_from_source() for unit in node._order_units())
 
 
 def has_shard_hints(dataset: Dataset) -> bool:

@@ -37,6 +37,7 @@ from mpidist.data.dataset import (
     file_shard_units,
     find_file_reader,
     has_shard_hints,
+    order_units,
     iterate,
     source_row_count,
     source_units,
@@ -160,8 +161,12 @@ def distribute_dataset(dataset: Dataset | Iterable[Element], workers: InputWorke
         steps = cardinality if rows is not None and cardinality != UNKNOWN_CARDINALITY else None
     elif not balanced and isinstance(dataset, list):
         steps = rows = len(dataset)
+    # Sharding by DATA keeps each worker's share of its own pipeline's batches: the workers
+    # must build the same sequence (compared, not assumed).
+    order = order_units(dataset) if isinstance(dataset, Dataset) and \
+        policy is AutoShardPolicy.DATA else None
     agreed = agree(workers, api, steps, rows, split=sharding.split, split_by=asked.name,
-                   auto_shard_policy=asked.name)
+                   order=order, auto_shard_policy=asked.name)
     passes = _Passes(dataset, api)
 
     def local_steps(iteration: int) -> Iterator[Step]:

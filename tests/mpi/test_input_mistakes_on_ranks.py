@@ -155,6 +155,46 @@ def test_same_number_of_steps_from_different_data_warns_and_runs():
     assert comm.allgather(len(steps)) == [2] * size
 
 
+SAME_LENGTH_PIPELINES = {
+    # how each rank builds 16 rows: (pipeline, whether the ranks build the same sequence)
+    "shuffle(seed=rank)": (lambda x: Dataset.from_tensor_slices(x).shuffle(16, seed=rank), False),
+    "range.shuffle(seed=rank)": (lambda x: Dataset.range(16).shuffle(16, seed=rank), False),
+    "each rank's own slice": (lambda x: Dataset.from_tensor_slices(
+        np.concatenate([x[rank::size], x[:16 - len(x[rank::size])] + 100])), False),
+    "a permutation per rank": (lambda x: Dataset.from_tensor_slices(
+        np.random.default_rng(rank).permutation(x)), False),
+    "shuffle(seed=7)": (lambda x: Dataset.from_tensor_slices(x).shuffle(16, seed=7), True),
+    "shuffle()": (lambda x: Dataset.from_tensor_slices(x).shuffle(16), True),
+    "map then shuffle(seed=7)": (lambda x: Dataset.from_tensor_slices(x).map(lambda v: v * 2)
+                                 .shuffle(16, seed=7), True),
+}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("how", SAME_LENGTH_PIPELINES)
+def test_ranks_building_different_sequences_of_the_same_length_are_warned(how):
+    """DATA sharding keeps each rank's share of every global batch of its own pipeline: ranks
+    whose pipelines give the same number of rows in another order or with other content (a
+    shuffle seeded with the rank, each rank's own slice of the data) would read some rows twice
+    and others never. Rank 0 warns, naming the cause; ranks building the same sequence do not
+    warn, and nothing changes in what each rank reads (TF's answer)."""
+    s = mwms(1)
+    build, same = SAME_LENGTH_PIPELINES[how]
+    dist, warned = distribute_recording_warnings(s, build(np.arange(16.0)).batch(4 * size))
+    if rank == 0 and size > 1 and not same:
+        assert len(warned) == 1, warned
+        assert "and give their elements in a different order or with different content (a " \
+            "shuffle seeded differently on each worker, e.g. seed=rank, or each worker's own " \
+            "slice of the data" in warned[0], warned[0]
+    else:
+        assert warned == [], warned
+    seen = sorted(v for step in run_steps(s, dist) for rows in step[0] for v in rows.tolist())
+    everyone = sorted(v for part in comm.allgather(seen) for v in part)
+    if same:  # every row once, on one rank
+        expected = [2.0 * v for v in range(16)] if how.startswith("map") else list(range(16))
+        assert everyone == [float(v) for v in expected]
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("local", [1, 2])
 def test_generator_and_list_sources_of_different_lengths(local):
