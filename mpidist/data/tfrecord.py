@@ -13,7 +13,6 @@ from mpidist.data.dataset import AUTOTUNE, Dataset, FileReader
 from mpidist.data.readers import decompressed_chunks
 from mpidist.data.spec import TensorSpec
 from mpidist.errors import InvalidArgumentError
-from mpidist.io.tfrecord import COMPRESSION_TYPES, records_of
 
 if TYPE_CHECKING:
     from mpidist.data.dataset import BlockSizes, IterationContext
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TFRecordDataset"]
 
+COMPRESSION_TYPES = (None, "", "GZIP", "ZLIB")
 _CHUNK = 256 << 10       # TF's default read buffer (buffer_size None)
 _BLOCK_RECORDS = 4096    # records per block at most (and about BLOCK_BYTES of them)
 _BLOCK_BYTES = 1 << 20
@@ -84,6 +84,9 @@ class TFRecordDataset(FileReader):
 
     # sizes: records vary, blocks are by bytes and count
     def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:
+        # imported here: mpidist.io brings protobuf, which `import mpidist` need not load
+        from mpidist.io.tfrecord import records_of  # noqa: PLC0415
+
         chunks = decompressed_chunks(self.reader, path, self._compression, self._compression_arg,
                                      self._chunk)
         held: list[bytes] = []
