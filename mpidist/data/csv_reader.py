@@ -37,7 +37,7 @@ __all__ = ["CsvDataset", "make_csv_dataset"]
 
 _BLOCK_BYTES = 1 << 20  # pyarrow's own default block_size
 # CSV dtypes TF takes, and their NumPy dtypes (strings are str, as TextLineDataset's lines)
-_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64),
+_DTYPES: dict[str, np.dtype[Any]] = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64),
            "int32": np.dtype(np.int32), "int64": np.dtype(np.int64), "string": np.dtype(np.str_)}
 
 
@@ -202,7 +202,7 @@ class CsvDataset(FileReader):
             head, whole = read_head(path)
             vet_compression(self.reader, path, None, self._compression_arg, _COMPRESSION[2:],
                             head, whole)
-            return open(path, "rb")  # noqa: SIM115  # the caller closes it
+            return open(path, "rb")  # the caller closes it
         chunks = decompressed_chunks(self.reader, path, self._compression, self._compression_arg,
                                      self._block)
         return io.BufferedReader(_ChunkStream(chunks), self._block)

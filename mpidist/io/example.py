@@ -100,7 +100,7 @@ SequenceExample = _MESSAGES["SequenceExample"]
 
 # -- dtypes ----------------------------------------------------------------------------------------
 # spec dtype name -> (the Feature kind holding it, the output NumPy dtype, TF's name in messages)
-_KINDS = {"float32": ("float_list", np.dtype(np.float32), "float"),
+_KINDS: dict[str, tuple[str, np.dtype[Any], str]] = {"float32": ("float_list", np.dtype(np.float32), "float"),
           "int64": ("int64_list", np.dtype(np.int64), "int64"),
           "string": ("bytes_list", np.dtype(object), "string")}
 _KIND_NAMES = {"float_list": "float", "int64_list": "int64", "bytes_list": "string"}
@@ -116,8 +116,8 @@ def _dtype_name(dtype: object, where: str) -> str:
             name = np.dtype(dtype).name  # type: ignore[call-overload]
         except TypeError:
             name = None
-    if name in ("float32", "int64", "string"):
-        return name
+    if isinstance(name, str) and name in ("float32", "int64", "string"):
+        return str(name)
     if name in ("object", "bytes", "str") or (isinstance(name, str) and name.startswith(("bytes", "str"))):
         return "string"
     raise InvalidArgumentError(
@@ -467,13 +467,13 @@ def _feature(key: str, value: Any) -> Any:
     if isinstance(value, (bytes, str, np.bytes_, np.str_)) or np.ndim(value) == 0:
         value = [value]
     if isinstance(value, np.ndarray):
-        items = value.reshape(-1)
-        kind = items.dtype.kind
+        flat = value.reshape(-1)
+        kind = flat.dtype.kind
         if kind == "f":
-            return Feature(float_list=FloatList(value=items.astype(np.float32).tolist()))
+            return Feature(float_list=FloatList(value=flat.astype(np.float32).tolist()))
         if kind in "iub":
-            return Feature(int64_list=Int64List(value=items.astype(np.int64).tolist()))
-        value = items.tolist()
+            return Feature(int64_list=Int64List(value=flat.astype(np.int64).tolist()))
+        value = flat.tolist()
     items = list(value)
     if not items:
         raise InvalidArgumentError(

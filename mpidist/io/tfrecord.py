@@ -99,8 +99,10 @@ def compression_name(where: str, value: object) -> str:
     """"" / "ZLIB" / "GZIP" from a compression_type as TF takes it."""
     if isinstance(value, int) and not isinstance(value, bool) and value in _BY_ENUM:
         return _BY_ENUM[value]
-    if value is None or value in ("", "ZLIB", "GZIP"):
-        return value or ""  # type: ignore[return-value]  # a str here
+    if value is None:
+        return ""
+    if isinstance(value, str) and value in ("", "ZLIB", "GZIP"):
+        return value
     raise InvalidArgumentError(
         f"{where}: compression_type must be None, '', 'ZLIB' or 'GZIP' (or a "
         f"TFRecordCompressionType value), got {value!r}.")
