@@ -93,7 +93,7 @@ def write_files(directory, files, mb, formats):
     if "csv" in formats:
         paths = [os.path.join(directory, f"x{i}.csv") for i in range(files)]
         n = (mb << 20) // 160
-        for k, p in enumerate(paths):
+        for p in paths:
             xs = rng.standard_normal((n, 16)).astype(np.float32)
             ys = rng.integers(0, 10, n)
             with open(p, "w") as f:
