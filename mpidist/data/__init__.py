@@ -6,7 +6,8 @@ from mpidist.data.dataset import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINA
 from mpidist.data.options import Options
 from mpidist.data.readers import HDF5Dataset, NpyDataset, NpzDataset, ParquetDataset, TextLineDataset
 from mpidist.data.spec import TensorSpec
+from mpidist.data.tfrecord import TFRecordDataset
 
 __all__ = ["AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "Dataset", "Options",
            "TensorSpec", "experimental", "TextLineDataset", "NpyDataset", "NpzDataset", "ParquetDataset",
-           "HDF5Dataset"]
+           "HDF5Dataset", "TFRecordDataset"]

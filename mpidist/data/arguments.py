@@ -74,11 +74,17 @@ def _leaf_array(x: Any, what: str) -> np.ndarray:
                 f"{what}: cannot convert a non-rectangular Python sequence to an array "
                 f"({short(given)}): every row must have the same length. Pad the rows, or make "
                 "each one a separate element.") from None
-    if x.dtype == object:
+    if x.dtype == object and not _bytes_array(x):
         raise ValueError(
             f"{what}: {short(given)} holds Python objects (None, sets, mixed types), which a "
             "dataset cannot carry: give numbers, booleans or strings (NumPy arrays of them).")
     return cast(np.ndarray, x)
+
+
+def _bytes_array(x: np.ndarray) -> bool:
+    """An object array of bytes alone: TF's tf.string values kept exactly (NumPy's ``S``
+    dtype drops trailing NUL bytes), as TFRecordDataset and mpidist.io give them."""
+    return all(type(v) is bytes for v in x.flat)
 
 
 def short(x: object) -> str:

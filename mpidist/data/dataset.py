@@ -740,12 +740,27 @@ def _block_rows(block: Block) -> Iterator[Element]:
     and memory then grows with the data instead of the buffer)."""
     flat = nest.flatten(block)
     if not nest.is_nested(block):
+        if flat[0].dtype == object:  # bytes (TFRecord records): 0-d object arrays, exact
+            yield from (_object_row(row) for row in flat[0])
+            return
         for row in flat[0]:
             yield row.copy()
         return
     pack = nest.packer(block)
     for i in range(len(flat[0])):
-        yield pack([leaf[i].copy() for leaf in flat])
+        yield pack([_object_row(leaf[i]) if leaf.dtype == object else leaf[i].copy()
+                    for leaf in flat])
+
+
+def _object_row(row: Any) -> np.ndarray:
+    """A row of an object block (bytes, as ``TFRecordDataset`` and ``mpidist.io``'s string
+    features give them: NumPy's ``S`` dtype drops trailing NUL bytes) as a 0-d object array,
+    so that batching it again gives an object array, not a lossy ``S`` one."""
+    if isinstance(row, np.ndarray):
+        return row.copy()
+    out = np.empty((), dtype=object)
+    out[()] = row
+    return out
 
 
 def _stack(elements: list[Element]) -> Element:

@@ -107,6 +107,43 @@ _TEXT_CHUNK = 256 << 10  # TF's default buffer_size for TextLineDataset
 _TEXT_BLOCK_CHARS = 1 << 20  # rows x longest line per block: one long line cannot blow up a block
 
 
+def decompressed_chunks(reader: str, path: str, compression: str | None, given: object,
+                        chunk: int) -> Iterator[bytes]:
+    """The bytes of ``path``, decompressed (``compression``: None, "GZIP" or "ZLIB"; ``given``:
+    the compression_type as the user wrote it), ``chunk`` bytes at a time, once its first bytes
+    agree with ``compression`` (else an error saying which compression_type to pass). A
+    stream that ends early is DataLossError naming the file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+            vet_compression(reader, path, compression, given, _COMPRESSION[2:], head,
+                            len(head) < HEAD_BYTES)
+            f.seek(0)
+            if compression == "GZIP":
+                with gzip.GzipFile(fileobj=f, mode="rb") as unzipped:
+                    while data := unzipped.read(chunk):
+                        yield data
+                return
+            if compression is None:
+                while data := f.read(chunk):
+                    yield data
+                return
+            inflate = zlib.decompressobj()
+            while data := f.read(chunk):
+                if out := inflate.decompress(data):
+                    yield out
+            if out := inflate.flush():
+                yield out
+            if not inflate.eof:
+                raise EOFError("the zlib stream ends before its end marker")
+    except DataLossError:
+        raise  # vet_compression's, naming the file and the compression_type to pass
+    except (EOFError, OSError, zlib.error) as e:
+        raise DataLossError(
+            f"{reader}: {path} is not a complete {compression} file: {e}. Check "
+            "compression_type, or re-copy the file.") from e
+
+
 class TextLineDataset(FileReader):
     """``tf.data.TextLineDataset``: one element per line of the files, the line ending ("\\n"
     or "\\r\\n") stripped; a last line without a newline is an element too.
@@ -159,37 +196,8 @@ class TextLineDataset(FileReader):
         yield from lines._blocks(ctx.child(salt=-1))
 
     def _raw_chunks(self, path: str) -> Iterator[bytes]:
-        """The file's bytes, decompressed, ``self._chunk`` bytes at a time, once its first
-        bytes agree with compression_type (else an error saying which one to pass)."""
-        try:
-            with open(path, "rb") as f:
-                head = f.read(HEAD_BYTES)
-                vet_compression(self.reader, path, self._compression, self._compression_arg,
-                                _COMPRESSION[2:], head, len(head) < HEAD_BYTES)
-                f.seek(0)
-                if self._compression == "GZIP":
-                    with gzip.GzipFile(fileobj=f, mode="rb") as unzipped:
-                        while chunk := unzipped.read(self._chunk):
-                            yield chunk
-                    return
-                if self._compression is None:
-                    while chunk := f.read(self._chunk):
-                        yield chunk
-                    return
-                inflate = zlib.decompressobj()
-                while chunk := f.read(self._chunk):
-                    if out := inflate.decompress(chunk):
-                        yield out
-                if out := inflate.flush():
-                    yield out
-                if not inflate.eof:
-                    raise EOFError("the zlib stream ends before its end marker")
-        except DataLossError:
-            raise  # vet_compression's, naming the file and the compression_type to pass
-        except (EOFError, OSError, zlib.error) as e:
-            raise DataLossError(
-                f"TextLineDataset: {path} is not a complete {self._compression} file: {e}. Check "
-                "compression_type, or re-copy the file.") from e
+        return decompressed_chunks(self.reader, path, self._compression, self._compression_arg,
+                                   self._chunk)
 
     # sizes: lines vary, blocks are by characters
     def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:
