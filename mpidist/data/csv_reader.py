@@ -25,7 +25,7 @@ import numpy as np
 from mpidist.data.arguments import count_int, flag, positive_int, short
 from mpidist.data.dataset import AUTOTUNE, Dataset, FileReader
 from mpidist.data.file_kinds import read_head, vet_compression
-from mpidist.data.readers import _COMPRESSION, _optional, decompressed_chunks
+from mpidist.data.readers import COMPRESSION_TYPES, decompressed_chunks, optional_module
 from mpidist.data.spec import TensorSpec
 from mpidist.errors import InvalidArgumentError
 
@@ -125,10 +125,10 @@ class CsvDataset(FileReader):
                  exclude_cols: Sequence[int] | None = None, name: str | None = None,
                  *, _skip_bad_rows: bool = False) -> None:
         reader = self.reader
-        self._pa = _optional("pyarrow", reader, "csv")
-        self._pacsv = _optional("pyarrow.csv", reader, "csv")
+        self._pa = optional_module("pyarrow", reader, "csv")
+        self._pacsv = optional_module("pyarrow.csv", reader, "csv")
         self._columns = _record_defaults(reader, record_defaults)
-        if compression_type not in _COMPRESSION:
+        if compression_type not in COMPRESSION_TYPES:
             raise InvalidArgumentError(f"{reader}: compression_type must be None, '', 'GZIP' or "
                                        f"'ZLIB', got {short(compression_type)}.")
         if buffer_size is not None and count_int(f"{reader}: buffer_size", buffer_size) < 0:
@@ -200,7 +200,7 @@ class CsvDataset(FileReader):
         """A binary file object of ``path``'s decompressed bytes (its kind checked first)."""
         if self._compression is None:
             head, whole = read_head(path)
-            vet_compression(self.reader, path, None, self._compression_arg, _COMPRESSION[2:],
+            vet_compression(self.reader, path, None, self._compression_arg, COMPRESSION_TYPES[2:],
                             head, whole)
             return open(path, "rb")  # the caller closes it
         chunks = decompressed_chunks(self.reader, path, self._compression, self._compression_arg,

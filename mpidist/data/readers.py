@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from mpidist.data.dataset import BlockSizes, IterationContext
     from mpidist.data.element import Block, Structure
 
-__all__ = ["TextLineDataset", "NpyDataset", "NpzDataset", "ParquetDataset", "HDF5Dataset"]
+__all__ = ["TextLineDataset", "NpyDataset", "NpzDataset", "ParquetDataset", "HDF5Dataset",
+           "COMPRESSION_TYPES", "decompressed_chunks", "optional_module"]
 
 # Rows per block: about this many bytes. Measured (benchmarks/readers_throughput.py, .npy
 # batch(256)): 1 MiB read 15 GB/s into fresh blocks, 4 MiB 9 GB/s (fresh 4 MiB buffers are
@@ -46,7 +47,7 @@ __all__ = ["TextLineDataset", "NpyDataset", "NpzDataset", "ParquetDataset", "HDF
 BLOCK_BYTES = 1 << 20
 
 
-def _optional(module: str, reader: str, extra: str) -> ModuleType:
+def optional_module(module: str, reader: str, extra: str) -> ModuleType:
     """An optional extra's module, or an ImportError saying what to install."""
     try:
         return importlib.import_module(module)
@@ -102,7 +103,7 @@ def _same_rows(reader: str, path: str, counts: dict[str, int]) -> int:
 
 
 # -- Text lines ----------------------------------------------------------------------------------
-_COMPRESSION = (None, "", "GZIP", "ZLIB")
+COMPRESSION_TYPES = (None, "", "GZIP", "ZLIB")
 _TEXT_CHUNK = 256 << 10  # TF's default buffer_size for TextLineDataset
 _TEXT_BLOCK_CHARS = 1 << 20  # rows x longest line per block: one long line cannot blow up a block
 
@@ -116,7 +117,7 @@ def decompressed_chunks(reader: str, path: str, compression: str | None, given: 
     try:
         with open(path, "rb") as f:
             head = f.read(HEAD_BYTES)
-            vet_compression(reader, path, compression, given, _COMPRESSION[2:], head,
+            vet_compression(reader, path, compression, given, COMPRESSION_TYPES[2:], head,
                             len(head) < HEAD_BYTES)
             f.seek(0)
             if compression == "GZIP":
@@ -164,7 +165,7 @@ class TextLineDataset(FileReader):
 
     def __init__(self, filenames: Any, compression_type: str | None = None, buffer_size: int | None = None,
                  num_parallel_reads: int | None = None, name: str | None = None) -> None:
-        if compression_type not in _COMPRESSION:
+        if compression_type not in COMPRESSION_TYPES:
             raise InvalidArgumentError(
                 f"TextLineDataset: compression_type must be None, '', 'GZIP' or 'ZLIB', got "
                 f"{short(compression_type)}.")
@@ -522,8 +523,8 @@ class ParquetDataset(FileReader):
 
     def __init__(self, filenames: Any, columns: str | list[str] | tuple[str, ...] | None = None,
                  batch_rows: int | None = None) -> None:
-        self._pa = _optional("pyarrow", self.reader, "parquet")
-        self._pq = _optional("pyarrow.parquet", self.reader, "parquet")
+        self._pa = optional_module("pyarrow", self.reader, "parquet")
+        self._pq = optional_module("pyarrow.parquet", self.reader, "parquet")
         self._columns = None if columns is None else _named_keys(self.reader, "columns", columns)
         self._batch_rows = None if batch_rows is None else positive_int(
             f"{self.reader}: batch_rows", batch_rows)
@@ -650,7 +651,7 @@ class HDF5Dataset(FileReader):
 
     def __init__(self, filenames: Any, key: str | list[str] | tuple[str, ...] | dict[str, str],
                  block_rows: int | None = None) -> None:
-        self._h5py = _optional("h5py", self.reader, "hdf5")
+        self._h5py = optional_module("h5py", self.reader, "hdf5")
         if isinstance(key, list):
             key = tuple(key)
         if not nest.is_nested(key):

@@ -15,6 +15,7 @@ LAYERS = [
     ("base", ["mpidist.errors", "mpidist.config", "mpidist.types", "mpidist.logs",
               "mpidist.launcher_env", "mpidist._shadowed"]),
     ("core", ["mpidist.core"]),
+    ("io", ["mpidist.io"]),
     ("kernels", ["mpidist.kernels"]),
     ("backend", ["mpidist.backend"]),
     ("comm", ["mpidist.comm"]),
