@@ -98,6 +98,17 @@ class IterationContext:
         self.row_offset = 0  # rows of the batched stream before this reader's first row
         self._instances: dict[int, int] = {}
         self._children: dict[tuple[tuple[int, int] | None, int | None], IterationContext] = {}
+        # Set under ignore_errors: nodes that run a user function per element (map, filter,
+        # ...) hand it an error that function raised and drop the element, instead of raising.
+        self.skip_error: Callable[[Exception], None] | None = None
+
+    def ignoring_errors(self, handler: Callable[[Exception], None]) -> IterationContext:
+        """This context for the nodes upstream of an ``ignore_errors``: the same pass (its
+        instance counts and children shared), with ``skip_error`` set to ``handler``."""
+        copy = IterationContext.__new__(IterationContext)
+        copy.__dict__.update(self.__dict__)
+        copy.skip_error = handler
+        return copy
 
     def file_shard_of(self, reader: Dataset) -> tuple[int, int] | None:
         """``(num_shards, index)`` if FILE auto-sharding splits ``reader``'s file names."""
@@ -1074,7 +1085,15 @@ class _Map(Dataset):
 
     def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         for index, element in enumerate(self._inputs[0]._iterate(ctx)):
-            yield self._call(element, index)
+            if ctx.skip_error is None:
+                yield self._call(element, index)
+                continue
+            try:
+                out = self._call(element, index)
+            except Exception as e:  # noqa: BLE001 - ignore_errors downstream drops the element
+                ctx.skip_error(e)
+                continue
+            yield out
 
     def _compute_spec(self) -> Structure:
         """map_func's output spec, found much as tf.data finds it, by tracing: map_func runs

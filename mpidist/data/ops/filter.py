@@ -40,6 +40,18 @@ def check_predicate(api: str, predicate: Callable[..., Any], input_dataset: Data
     as_bool(out, api, "a stand-in element of ones (the check tf.data makes when it traces it)")
 
 
+def _test(predicate: Callable[..., Any], element: Element, api: str, index: int,
+          ctx: IterationContext) -> bool | None:
+    """The predicate's verdict, or None where it raised under ``ignore_errors``."""
+    if ctx.skip_error is None:
+        return as_bool(call_on_element(predicate, element), api, f"element {index}")
+    try:
+        return as_bool(call_on_element(predicate, element), api, f"element {index}")
+    except Exception as e:  # noqa: BLE001 - ignore_errors downstream drops the element
+        ctx.skip_error(e)
+        return None
+
+
 class FilterDataset(Dataset):
     def __init__(self, input_dataset: Dataset, predicate: Callable[..., Any]) -> None:
         super().__init__((input_dataset,))
@@ -48,7 +60,8 @@ class FilterDataset(Dataset):
 
     def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         for index, element in enumerate(self._inputs[0]._iterate(ctx)):
-            if as_bool(call_on_element(self._predicate, element), "filter", f"element {index}"):
+            keep = _test(self._predicate, element, "filter", index, ctx)
+            if keep:
                 yield element
 
     def _cardinality(self) -> int:
@@ -63,8 +76,10 @@ class TakeWhileDataset(Dataset):
 
     def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         for index, element in enumerate(self._inputs[0]._iterate(ctx)):
-            if not as_bool(call_on_element(self._predicate, element), "take_while",
-                           f"element {index}"):
+            keep = _test(self._predicate, element, "take_while", index, ctx)
+            if keep is None:
+                continue
+            if not keep:
                 return
             yield element
 

@@ -63,7 +63,13 @@ class ScanDataset(Dataset):
     def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         state = self._initial_state
         for index, element in enumerate(self._inputs[0]._iterate(ctx)):
-            state, output = self._step(state, element, index)
+            try:
+                state, output = self._step(state, element, index)
+            except Exception as e:
+                if ctx.skip_error is None:
+                    raise
+                ctx.skip_error(e)  # ignore_errors downstream: the element is dropped
+                continue
             yield output
 
     def _compute_spec(self) -> Structure:
