@@ -81,9 +81,8 @@ class UnbatchDataset(Dataset):
         if n < 0:
             return n
         sizes = {s.batch_dim for s in nest.flatten(self._inputs[0].element_spec)}
-        if len(sizes) == 1 and None not in sizes:
-            return n * sizes.pop()  # type: ignore[operator]  # an int: None is not in sizes
-        return UNKNOWN_CARDINALITY
+        size = sizes.pop() if len(sizes) == 1 else None
+        return UNKNOWN_CARDINALITY if size is None else n * size
 
 
 # -- padded_batch --------------------------------------------------------------------------------
@@ -191,7 +190,10 @@ def _pad_column(column: list[np.ndarray], shape: tuple[int | None, ...] | None, 
     dtype = np.result_type(*column) if column[0].dtype.kind in "US" else column[0].dtype
     out = np.full((len(column), *target), pad, dtype=dtype)
     for i, a in enumerate(column):
-        out[(i, *(slice(0, n) for n in a.shape))] = a
+        if a.ndim:
+            out[i][tuple(slice(0, n) for n in a.shape)] = a
+        else:
+            out[i] = a
     return out
 
 

@@ -8,7 +8,7 @@ a cycle). ``mpidist.data`` imports every op module, which registers its builders
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mpidist.data.dataset import Dataset
@@ -23,7 +23,7 @@ def register(name: str, builder: Callable[..., Dataset]) -> None:
     _BUILDERS[name] = builder
 
 
-def operation(name: str) -> Callable[..., Any]:
+def operation(name: str) -> Callable[..., Dataset]:
     """The builder registered under ``name``; a RuntimeError names the module to import when
     none is (only ``mpidist.data.dataset`` imported by itself, never through ``mpidist.data``)."""
     try:

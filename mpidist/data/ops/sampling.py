@@ -155,7 +155,8 @@ def _weights(api: str, weights: Any, count: int) -> np.ndarray | Dataset:
     if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
         raise ValueError(f"{api}: `weights` must be finite, >= 0 and not all 0, got "
                          f"{short(weights)}.")
-    return w / w.sum()
+    normalised: np.ndarray = w / w.sum()
+    return normalised
 
 
 class SampleDataset(Dataset):
