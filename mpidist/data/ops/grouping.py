@@ -53,6 +53,7 @@ class GroupByWindowDataset(Dataset):
         super().__init__((input_dataset,))
         self._key_func, self._reduce_func = key_func, reduce_func
         self._window_size, self._window_size_func = window_size, window_size_func
+        self._spec = self._reduce(0, []).element_spec  # reduce_func checked when called, as traced
 
     def _size(self, key: int) -> int:
         if self._window_size is not None:
@@ -92,7 +93,7 @@ class GroupByWindowDataset(Dataset):
             reduced += 1
 
     def _compute_spec(self) -> Structure:
-        return self._reduce(0, []).element_spec
+        return self._spec
 
     def _cardinality(self) -> int:
         n = self._inputs[0]._cardinality()
