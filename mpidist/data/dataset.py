@@ -618,6 +618,11 @@ class Dataset:
         """Whether this node reads files whose names FILE auto-sharding can split."""
         return False
 
+    def _batching(self) -> tuple[bool, int | None]:
+        """(whether this node makes the batches its output holds, their static size or None):
+        ``static_batch_size`` stops at the batching node closest to the output."""
+        return False, None
+
     def _file_names_count(self) -> int | None:
         """How many file names this reader reads, or None where that is unknown."""
         return None
@@ -831,6 +836,9 @@ class _Batch(Dataset):
     def _compute_spec(self) -> Structure:
         size = self._batch_size if self._drop_remainder else None
         return nest.map_structure(lambda s: s.with_batch_dim(size), self._inputs[0].element_spec)
+
+    def _batching(self) -> tuple[bool, int | None]:
+        return True, self._batch_size
 
     def _cardinality(self) -> int:
         n = self._inputs[0]._cardinality()
@@ -1706,10 +1714,13 @@ def iterate(dataset: Dataset, context: IterationContext) -> Iterator[Element]:
 
 
 def static_batch_size(dataset: Dataset) -> int | None:
-    """The batch size of the ``batch`` closest to ``dataset``'s output, else None."""
+    """The batch size of the ``batch`` (or ``padded_batch``, ``rebatch`` of one size) closest
+    to ``dataset``'s output; None where there is none, or the closest batching node makes
+    batches of no one size (``unbatch``, ``rebatch`` of several sizes, ``group_by_window``)."""
     for node in reversed(dataset._chain_from_source()):
-        if isinstance(node, _Batch):
-            return node._batch_size
+        batching, size = node._batching()
+        if batching:
+            return size
     return None
 
 

@@ -13,8 +13,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpidist.data import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset, NpyDataset, TensorSpec
-from mpidist.data.dataset import IterationContext, file_shard_units, find_file_reader, iterate
+import mpidist
+from mpidist.data import (
+    INFINITE_CARDINALITY,
+    UNKNOWN_CARDINALITY,
+    Dataset,
+    NpyDataset,
+    Options,
+    TensorSpec,
+)
+from mpidist.data.dataset import (
+    IterationContext,
+    file_shard_units,
+    find_file_reader,
+    iterate,
+    static_batch_size,
+)
+from mpidist.data.experimental import AutoShardPolicy
 from mpidist.errors import InvalidArgumentError
 
 
@@ -348,3 +363,27 @@ def test_zip_ends_with_the_shortest(n, m):
     ds = Dataset.zip(Dataset.range(n), Dataset.range(10, 10 + m))
     assert values(ds) == [(i, 10 + i) for i in range(min(n, m))]
     assert ds.cardinality() == min(n, m)
+
+
+# -- under a strategy ------------------------------------------------------------------------------
+def test_static_batch_size_is_the_closest_batching_node():
+    assert static_batch_size(Dataset.range(8).batch(4).rebatch(2)) == 2
+    assert static_batch_size(Dataset.range(8).batch(4).rebatch([2, 3])) is None
+    assert static_batch_size(Dataset.range(8).map(lambda x: np.full(2, x)).padded_batch(3)) == 3
+    assert static_batch_size(Dataset.range(8).batch(4).unbatch()) is None
+    assert static_batch_size(Dataset.range(8).batch(4).filter(lambda b: True)) == 4
+
+
+def test_rebatched_and_zipped_datasets_are_split_over_replicas():
+    strategy = mpidist.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    off = Options()
+    off.experimental_distribute.auto_shard_policy = AutoShardPolicy.OFF
+    ds = Dataset.range(10).batch(3).rebatch(4).with_options(off)
+    dist = strategy.experimental_distribute_dataset(ds)
+    got = [[np.asarray(v).tolist() for v in strategy.experimental_local_results(x)] for x in dist]
+    # balanced rule with the rebatched size G = 4: 2 rows per replica
+    assert got == [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9], []]]
+    pairs = Dataset.zip(Dataset.range(4), Dataset.range(10, 14)).batch(4)
+    steps = list(strategy.experimental_distribute_dataset(pairs))
+    x, y = steps[0]
+    assert [v.tolist() for v in strategy.experimental_local_results(y)] == [[10, 11], [12, 13]]

@@ -84,6 +84,9 @@ class UnbatchDataset(Dataset):
         size = sizes.pop() if len(sizes) == 1 else None
         return UNKNOWN_CARDINALITY if size is None else n * size
 
+    def _batching(self) -> tuple[bool, int | None]:
+        return True, None  # its elements are no batches
+
 
 # -- padded_batch --------------------------------------------------------------------------------
 def _shape(value: Any, where: str) -> tuple[int | None, ...] | None:
@@ -232,6 +235,9 @@ class PaddedBatchDataset(Dataset):
         b = self._batch_size
         return n // b if self._drop_remainder else -(-n // b)
 
+    def _batching(self) -> tuple[bool, int | None]:
+        return True, self._batch_size
+
 
 # -- rebatch ---------------------------------------------------------------------------------------
 class RebatchDataset(Dataset):
@@ -269,6 +275,9 @@ class RebatchDataset(Dataset):
         n = self._inputs[0]._cardinality()
         return INFINITE_CARDINALITY if n == INFINITE_CARDINALITY else (
             0 if n == 0 else UNKNOWN_CARDINALITY)
+
+    def _batching(self) -> tuple[bool, int | None]:
+        return True, self._sizes[0] if len(set(self._sizes)) == 1 else None
 
 
 register("unbatch", UnbatchDataset)

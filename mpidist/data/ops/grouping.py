@@ -99,6 +99,9 @@ class GroupByWindowDataset(Dataset):
         n = self._inputs[0]._cardinality()
         return INFINITE_CARDINALITY if n == INFINITE_CARDINALITY else UNKNOWN_CARDINALITY
 
+    def _batching(self) -> tuple[bool, int | None]:
+        return True, None  # reduce_func decides what its elements are
+
 
 def _int_list(api: str, name: str, value: Any, minimum: int) -> list[int]:
     if not isinstance(value, (list, tuple, np.ndarray)):
