@@ -99,6 +99,9 @@ def test_concatenate_refuses_incompatible_elements_naming_both_specs():
     with pytest.raises(TypeError, match=r"incompatible dataset elements: TensorSpec\(shape=\(\), "
                                          r"dtype=int64.* vs\. \(TensorSpec\(shape=\(None,\)"):
         a.concatenate(c)
+    d = Dataset.range(13, 15).map(lambda x: np.str_(x))  # TF: tf.strings.as_string
+    with pytest.raises(TypeError, match=r"int64.* vs\. TensorSpec\(shape=\(\), dtype=str"):
+        a.concatenate(d)
     f = Dataset.from_tensor_slices(np.array([1.0, 2.0]))
     with pytest.raises(TypeError, match="float64"):
         a.concatenate(f)
@@ -185,6 +188,9 @@ def test_take_while_docstring_example_and_cardinality():
 def test_enumerate_docstring_examples():
     ds = Dataset.from_tensor_slices(np.array([1, 2, 3])).enumerate(start=5)
     assert values(ds) == [(5, 1), (6, 2), (7, 3)]
+    # a list of tuples is one tensor (data, not structure): its rows are the elements
+    rows = Dataset.from_tensor_slices([(7, 8), (9, 10)]).enumerate()
+    assert values(rows) == [(0, [7, 8]), (1, [9, 10])]
     nested = Dataset.from_tensor_slices((np.array([7, 8]), np.array([9, 10]))).enumerate()
     assert values(nested) == [(0, (7, 9)), (1, (8, 10))]
 

@@ -18,14 +18,8 @@ from mpidist.data.spec import DatasetSpec, TensorSpec
 if TYPE_CHECKING:
     from mpidist.data.element import Element, Structure
 
-__all__ = ["call_on_element", "check_callable", "as_bool", "common_spec", "stand_in",
-           "ElementsDataset", "is_dataset_structure"]
-
-
-def check_callable(api: str, name: str, fn: object) -> Callable[..., Any]:
-    if not callable(fn):
-        raise TypeError(f"{api}: {name} must be a callable, got {short(fn)}.")
-    return fn
+__all__ = ["call_on_element", "as_bool", "common_spec", "stand_in", "ElementsDataset",
+           "describe"]
 
 
 def call_on_element(fn: Callable[..., Any], element: Element) -> Any:
@@ -85,12 +79,6 @@ def stand_in(spec: Structure, unknown: int) -> Element:
             raise ValueError("unknown rank")
         return np.ones(tuple(unknown if d is None else d for d in s.shape), s.dtype)
     return nest.map_structure(one, spec)
-
-
-def is_dataset_structure(x: object) -> bool:
-    """Whether every leaf of ``x`` (a nest) is a Dataset, with at least one leaf."""
-    leaves = nest.flatten(x)
-    return bool(leaves) and all(isinstance(leaf, Dataset) for leaf in leaves)
 
 
 class ElementsDataset(Dataset):

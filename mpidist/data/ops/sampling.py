@@ -22,6 +22,7 @@ infinite datasets still reads as INFINITE, as in TF).
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -168,8 +169,7 @@ class SampleDataset(Dataset):
         self._weights = _weights(api, weights, len(datasets))
         self._seed, self._stop_on_empty, self._rerandomize = seed, stop_on_empty, rerandomize
         # Unseeded: random per run, fixed for this object (as an unseeded shuffle is).
-        self._random_seed = int.from_bytes(np.random.SeedSequence().generate_state(2).tobytes()
-                                           [:8], "little")
+        self._random_seed = int.from_bytes(os.urandom(8), "little")
 
     def _rng(self, ctx: IterationContext) -> np.random.Generator:
         instance = ctx.next_instance(self)
