@@ -1105,8 +1105,8 @@ class _Map(Dataset):
 
     def _compute_spec(self) -> Structure:
         """map_func's output spec, found much as tf.data finds it, by tracing: map_func runs
-        on two stand-in elements of the input spec (ones, every unknown dimension 1 in one and
-        2 in the other) and on the first real element; a dimension is known only where all
+        on two stand-in elements of the input spec (ones with every unknown dimension 1, twos
+        with every unknown dimension 2) and on the first real element; a dimension is known only where all
         three agree, so sizes that follow the input's unknown dimensions or the data stay
         unknown. Where the stand-ins cannot be built or run (unknown rank, a function that
         rejects them), the first real element decides, the input's unknown batch dimension
@@ -1133,9 +1133,12 @@ class _Map(Dataset):
 
 
 def _stand_in(spec: Structure, unknown: int) -> Element:
-    """Ones shaped like ``spec``, each unknown dimension ``unknown`` long."""
+    """Arrays shaped like ``spec`` filled with ``unknown``, each unknown dimension ``unknown``
+    long: the two stand-ins differ in values as well as sizes, so an output size that
+    follows a value (``np.full(x, x)``, TF's ``tf.fill([x], x)``) is unknown, as in TF."""
     return nest.map_structure(
-        lambda s: np.ones(tuple(unknown if d is None else d for d in s.shape), s.dtype), spec)
+        lambda s: np.full(tuple(unknown if d is None else d for d in s.shape), unknown, s.dtype),
+        spec)
 
 
 class _Take(_RowOrderOp):

@@ -306,6 +306,10 @@ def fills():
 
 
 def test_padded_batch_docstring_examples():
+    # a size that follows a value is unknown, as TF's tf.fill([x], x)
+    assert fills().element_spec == TensorSpec((None,), np.int32)
+    assert fills().padded_batch(2).element_spec == TensorSpec((None, None), np.int32)
+    assert fills().padded_batch(2, padded_shapes=5).element_spec == TensorSpec((None, 5), np.int32)
     assert values(fills().padded_batch(2)) == [[[1, 0], [2, 2]], [[3, 3, 3, 0], [4, 4, 4, 4]]]
     assert values(fills().padded_batch(2, padded_shapes=5)) == [
         [[1, 0, 0, 0, 0], [2, 2, 0, 0, 0]], [[3, 3, 3, 0, 0], [4, 4, 4, 4, 0]]]

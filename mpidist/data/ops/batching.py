@@ -141,8 +141,9 @@ def padded_shapes_of(spec: Structure, padded_shapes: Any) -> list[tuple[int | No
         return [s.shape for s in flat_spec]
     shapes = _flatten_to(spec, padded_shapes, "padded_shapes", _shape)
     for i, (s, shape) in enumerate(zip(flat_spec, shapes)):
-        # Ranks only: a traced spec may know a dimension that varies with the data (a map
-        # making np.full(x, x)); an element longer than its padded size is refused as it comes.
+        # Ranks only: a spec traced by map may know a dimension that varies with the data
+        # (the stand-ins and the first element agreed by chance); an element longer than its
+        # padded size is refused as it comes.
         if s.shape is not None and shape is not None and len(s.shape) != len(shape):
             raise ValueError(
                 f"padded_batch: the padded shape {shape} is not compatible with the shape "

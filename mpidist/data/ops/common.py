@@ -72,12 +72,13 @@ def common_spec(a: Structure, b: Structure) -> Structure | None:
 
 
 def stand_in(spec: Structure, unknown: int) -> Element:
-    """Ones shaped like ``spec``, each unknown dimension ``unknown`` long (for tracing a user
-    function without reading data); raises ValueError where a rank is unknown."""
+    """Arrays shaped like ``spec`` filled with ``unknown``, each unknown dimension ``unknown``
+    long (for tracing a user function without reading data, as ``map`` traces); raises
+    ValueError where a rank is unknown."""
     def one(s: TensorSpec) -> np.ndarray:
         if s.shape is None or isinstance(s, DatasetSpec):
             raise ValueError("unknown rank")
-        return np.ones(tuple(unknown if d is None else d for d in s.shape), s.dtype)
+        return np.full(tuple(unknown if d is None else d for d in s.shape), unknown, s.dtype)
     return nest.map_structure(one, spec)
 
 
