@@ -3,6 +3,18 @@ datasets are split across replicas and workers (``experimental_distribute_datase
 
 from mpidist.data import experimental
 from mpidist.data.dataset import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset
+from mpidist.data.ops import (  # noqa: F401  # each registers its operations
+    batching,
+    cache,
+    concatenate,
+    filter,
+    grouping,
+    ignore_errors,
+    sampling,
+    scan,
+    window,
+    zip,
+)
 from mpidist.data.options import Options
 from mpidist.data.readers import HDF5Dataset, NpyDataset, NpzDataset, ParquetDataset, TextLineDataset
 from mpidist.data.spec import TensorSpec

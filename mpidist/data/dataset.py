@@ -41,6 +41,7 @@ from mpidist.data.arguments import (
 from mpidist.data.background import iterate_in_background
 from mpidist.data.file_names import file_list, file_name, match_patterns, require_file
 from mpidist.data.finite import require_finite
+from mpidist.data.ops.registry import operation
 from mpidist.data.options import Options
 from mpidist.data.saved_format import (
     check_load_spec,
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 __all__ = ["Dataset", "FileReader", "BlockSizes", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY",
            "SHARD_HINT", "IterationContext", "iterate", "static_batch_size", "source_row_count",
            "find_file_reader", "file_count", "file_shard_units", "source_units",
-           "order_units", "has_shard_hints"]
+           "order_units", "has_shard_hints", "stack_elements", "specs_match"]
 
 AUTOTUNE = -1
 _SAMPLED_ROWS = 64  # rows of an in-memory source the DATA-sharding agreement compares
@@ -100,6 +101,17 @@ class IterationContext:
         self.row_offset = 0  # rows of the batched stream before this reader's first row
         self._instances: dict[int, int] = {}
         self._children: dict[tuple[tuple[int, int] | None, int | None], IterationContext] = {}
+        # Set under ignore_errors: nodes that run a user function per element (map, filter,
+        # ...) hand it an error that function raised and drop the element, instead of raising.
+        self.skip_error: Callable[[Exception], None] | None = None
+
+    def ignoring_errors(self, handler: Callable[[Exception], None]) -> IterationContext:
+        """This context for the nodes upstream of an ``ignore_errors``: the same pass (its
+        instance counts and children shared), with ``skip_error`` set to ``handler``."""
+        copy = IterationContext.__new__(IterationContext)
+        copy.__dict__.update(self.__dict__)
+        copy.skip_error = handler
+        return copy
 
     def file_shard_of(self, reader: Dataset) -> tuple[int, int] | None:
         """``(num_shards, index)`` if FILE auto-sharding splits ``reader``'s file names."""
@@ -380,6 +392,153 @@ class Dataset:
             raise TypeError(f"options must be an mpidist.data.Options, got {type(options).__name__}.")
         return _WithOptions(self, options)
 
+    # -- transformations of mpidist.data.ops (this method checks the arguments, the op's module
+    # builds the node; see mpidist/data/ops/__init__.py) -------------------------------------
+    @staticmethod
+    def zip(*args: Any, datasets: Any = None, name: str | None = None) -> Dataset:
+        """A dataset of the elements of ``datasets`` (a dataset, or a nested tuple / dict of
+        them) zipped together in that structure, ending with the shortest. ``zip(a, b)`` is
+        ``zip((a, b))``, as since TF 2.13."""
+        if args and datasets is not None:
+            raise TypeError("Dataset.zip: pass the datasets either positionally or as "
+                            "`datasets=`, not both.")
+        if datasets is None:
+            if not args:
+                raise TypeError("Dataset.zip: must be given at least one dataset.")
+            datasets = args[0] if len(args) == 1 else args
+        return operation("zip")(datasets)
+
+    def concatenate(self, dataset: Dataset, name: str | None = None) -> Dataset:
+        """This dataset's elements followed by ``dataset``'s (same structure and dtypes)."""
+        return operation("concatenate")(self, dataset)
+
+    def filter(self, predicate: Callable[..., Any], name: str | None = None) -> Dataset:
+        """The elements for which ``predicate`` (a tuple element as positional arguments)
+        returns True; it must return a scalar bool."""
+        return operation("filter")(self, _check_fn("filter", "predicate", predicate))
+
+    def take_while(self, predicate: Callable[..., Any], name: str | None = None) -> Dataset:
+        """The elements up to the first for which ``predicate`` returns False."""
+        return operation("take_while")(self, _check_fn("take_while", "predicate", predicate))
+
+    def enumerate(self, start: int = 0, name: str | None = None) -> Dataset:
+        """``(index, element)`` pairs, the index an int64 counting from ``start``."""
+        return operation("enumerate")(self, count_int("start", start))
+
+    def cache(self, filename: str | os.PathLike[str] = "", name: str | None = None) -> Dataset:
+        """The elements of the first complete pass, kept for later passes: in memory with
+        ``filename=""``, else in the file ``<filename>.npcache``, written when a pass ends
+        (atomically: a pass that stops early writes nothing) and read by every later pass and
+        by any pipeline given the same filename."""
+        return operation("cache")(self, file_name(filename, "cache: filename")
+                                  if filename != "" else "")
+
+    def unbatch(self, name: str | None = None) -> Dataset:
+        """Each element's rows as elements: the first dimension of every component is split
+        (all components must agree on it)."""
+        return operation("unbatch")(self)
+
+    def padded_batch(self, batch_size: int, padded_shapes: Any = None, padding_values: Any = None,
+                     drop_remainder: bool = False, name: str | None = None) -> Dataset:
+        """``batch`` for elements of different shapes: each component is padded to
+        ``padded_shapes`` (None or -1 in a shape, or no ``padded_shapes``: the longest in the
+        batch) with ``padding_values`` (default 0, "" for strings, False for bools)."""
+        return operation("padded_batch")(self, positive_int("batch_size", batch_size),
+                                         padded_shapes, padding_values,
+                                         flag("drop_remainder", drop_remainder))
+
+    def rebatch(self, batch_size: int | list[int], drop_remainder: bool = False,
+                name: str | None = None) -> Dataset:
+        """``unbatch().batch(batch_size)`` in one copy; ``batch_size`` may be a list of sizes,
+        used in turn."""
+        sizes = batch_size if isinstance(batch_size, (list, tuple, np.ndarray)) else [batch_size]
+        if not len(sizes):
+            raise InvalidArgumentError("rebatch: batch_size must not be an empty list.")
+        checked = [positive_int("batch_size", s) for s in sizes]
+        return operation("rebatch")(self, checked, flag("drop_remainder", drop_remainder))
+
+    def window(self, size: int, shift: int | None = None, stride: int = 1,
+               drop_remainder: bool = False, name: str | None = None) -> Dataset:
+        """Windows of ``size`` elements, each a structure of datasets (one per component),
+        starting every ``shift`` elements (default ``size``), taking every ``stride``-th;
+        ``flat_map(lambda w: w.batch(size))`` makes them batches."""
+        size = positive_int("size", size)
+        shift = size if shift is None else positive_int("shift", shift)
+        return operation("window")(self, size, shift, positive_int("stride", stride),
+                                   flag("drop_remainder", drop_remainder))
+
+    def scan(self, initial_state: Any, scan_func: Callable[..., Any],
+             name: str | None = None) -> Dataset:
+        """``scan_func(state, element)`` returns ``(new_state, output)`` for each element, the
+        state starting at ``initial_state`` (its structure and dtypes kept)."""
+        return operation("scan")(self, to_data(initial_state, "scan: initial_state"),
+                                 _check_fn("scan", "scan_func", scan_func))
+
+    @staticmethod
+    def choose_from_datasets(datasets: Any, choice_dataset: Dataset,
+                             stop_on_empty_dataset: bool = True) -> Dataset:
+        """Element ``i`` comes from ``datasets[choice_i]``, ``choice_dataset`` giving the
+        int64 indices; an empty chosen dataset ends it (``stop_on_empty_dataset``) or is
+        skipped."""
+        return operation("choose_from_datasets")(
+            datasets, choice_dataset, flag("stop_on_empty_dataset", stop_on_empty_dataset))
+
+    @staticmethod
+    def sample_from_datasets(datasets: Any, weights: Any = None, seed: int | None = None,
+                             stop_on_empty_dataset: bool = False,
+                             rerandomize_each_iteration: bool | None = None) -> Dataset:
+        """Each element from a dataset drawn at random with probabilities ``weights`` (default
+        uniform); ``seed`` makes the draws reproducible. An empty dataset is skipped (drawn
+        again among the others) unless ``stop_on_empty_dataset``. Each pass draws the same
+        sequence unless ``rerandomize_each_iteration``."""
+        if seed is not None:
+            seed = seed_int(seed)
+        rerandomize = (False if rerandomize_each_iteration is None
+                       else flag("rerandomize_each_iteration", rerandomize_each_iteration))
+        return operation("sample_from_datasets")(
+            datasets, weights, seed, flag("stop_on_empty_dataset", stop_on_empty_dataset),
+            rerandomize)
+
+    def group_by_window(self, key_func: Callable[..., Any],
+                        reduce_func: Callable[[Any, Dataset], Dataset],
+                        window_size: int | None = None,
+                        window_size_func: Callable[[Any], Any] | None = None,
+                        name: str | None = None) -> Dataset:
+        """Elements grouped by ``key_func(element)`` (an int64); every ``window_size``
+        elements of a group (or ``window_size_func(key)``), and what is left of each group at
+        the end, go to ``reduce_func(key, window_dataset)``, whose elements are produced."""
+        if (window_size is None) == (window_size_func is None):
+            raise ValueError("group_by_window: give exactly one of window_size and "
+                             "window_size_func.")
+        if window_size is not None:
+            window_size = positive_int("window_size", window_size)
+        else:
+            _check_fn("group_by_window", "window_size_func", window_size_func)
+        return operation("group_by_window")(
+            self, _check_fn("group_by_window", "key_func", key_func),
+            _check_fn("group_by_window", "reduce_func", reduce_func), window_size,
+            window_size_func)
+
+    def bucket_by_sequence_length(
+            self, element_length_func: Callable[..., Any], bucket_boundaries: list[int],
+            bucket_batch_sizes: list[int], padded_shapes: Any = None, padding_values: Any = None,
+            pad_to_bucket_boundary: bool = False, no_padding: bool = False,
+            drop_remainder: bool = False, name: str | None = None) -> Dataset:
+        """Elements batched with others of similar length (``element_length_func``): bucket
+        ``i`` holds lengths in ``[bucket_boundaries[i-1], bucket_boundaries[i])`` and is
+        batched ``bucket_batch_sizes[i]`` at a time, padded as ``padded_batch`` pads."""
+        return operation("bucket_by_sequence_length")(
+            self, _check_fn("bucket_by_sequence_length", "element_length_func",
+                            element_length_func),
+            bucket_boundaries, bucket_batch_sizes, padded_shapes, padding_values,
+            flag("pad_to_bucket_boundary", pad_to_bucket_boundary),
+            flag("no_padding", no_padding), flag("drop_remainder", drop_remainder))
+
+    def ignore_errors(self, log_warning: bool = False, name: str | None = None) -> Dataset:
+        """The elements, less those whose making raised an error (in a ``map`` function, a
+        ``filter`` predicate, ...); ``log_warning`` logs each error skipped."""
+        return operation("ignore_errors")(self, flag("log_warning", log_warning))
+
     # -- inspection ------------------------------------------------------------------------------
     def options(self) -> Options:
         """The options of the whole chain, merged from the source outwards."""
@@ -415,8 +574,11 @@ class Dataset:
         return self._iterate(IterationContext(iteration=next(self._iterations)))
 
     def as_numpy_iterator(self) -> Iterator[Element]:
-        """An iterator over the elements (they already are NumPy arrays)."""
-        return iter(self)
+        """An iterator over the elements (they already are NumPy arrays), a bytes string
+        (a TFRecord record) given as ``bytes``, as TF gives it."""
+        if not any(leaf.dtype == object for leaf in nest.flatten(self.element_spec)):
+            return iter(self)
+        return (nest.map_structure(_bytes_as_python, element) for element in self)
 
     def __repr__(self) -> str:
         name = type(self).__name__.lstrip("_")
@@ -462,6 +624,11 @@ class Dataset:
     def _reads_files(self) -> bool:
         """Whether this node reads files whose names FILE auto-sharding can split."""
         return False
+
+    def _batching(self) -> tuple[bool, int | None]:
+        """(whether this node makes the batches its output holds, their static size or None):
+        ``static_batch_size`` stops at the batching node closest to the output."""
+        return False, None
 
     def _file_names_count(self) -> int | None:
         """How many file names this reader reads, or None where that is unknown."""
@@ -693,6 +860,9 @@ class _Batch(Dataset):
         size = self._batch_size if self._drop_remainder else None
         return nest.map_structure(lambda s: s.with_batch_dim(size), self._inputs[0].element_spec)
 
+    def _batching(self) -> tuple[bool, int | None]:
+        return True, self._batch_size
+
     def _cardinality(self) -> int:
         n = self._inputs[0]._cardinality()
         if n < 0:
@@ -750,6 +920,10 @@ def _block_rows(block: Block) -> Iterator[Element]:
     for i in range(len(flat[0])):
         yield pack([_object_row(leaf[i]) if leaf.dtype == object else leaf[i].copy()
                     for leaf in flat])
+
+
+def _bytes_as_python(x: Any) -> Any:
+    return x.item() if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype == object else x
 
 
 def _object_row(row: Any) -> np.ndarray:
@@ -964,12 +1138,20 @@ class _Map(Dataset):
 
     def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
         for index, element in enumerate(self._inputs[0]._iterate(ctx)):
-            yield self._call(element, index)
+            if ctx.skip_error is None:
+                yield self._call(element, index)
+                continue
+            try:
+                out = self._call(element, index)
+            except Exception as e:  # noqa: BLE001 - ignore_errors downstream drops the element
+                ctx.skip_error(e)
+                continue
+            yield out
 
     def _compute_spec(self) -> Structure:
         """map_func's output spec, found much as tf.data finds it, by tracing: map_func runs
-        on two stand-in elements of the input spec (ones, every unknown dimension 1 in one and
-        2 in the other) and on the first real element; a dimension is known only where all
+        on two stand-in elements of the input spec (ones with every unknown dimension 1, twos
+        with every unknown dimension 2) and on the first real element; a dimension is known only where all
         three agree, so sizes that follow the input's unknown dimensions or the data stay
         unknown. Where the stand-ins cannot be built or run (unknown rank, a function that
         rejects them), the first real element decides, the input's unknown batch dimension
@@ -996,9 +1178,12 @@ class _Map(Dataset):
 
 
 def _stand_in(spec: Structure, unknown: int) -> Element:
-    """Ones shaped like ``spec``, each unknown dimension ``unknown`` long."""
+    """Arrays shaped like ``spec`` filled with ``unknown``, each unknown dimension ``unknown``
+    long: the two stand-ins differ in values as well as sizes, so an output size that
+    follows a value (``np.full(x, x)``, TF's ``tf.fill([x], x)``) is unknown, as in TF."""
     return nest.map_structure(
-        lambda s: np.ones(tuple(unknown if d is None else d for d in s.shape), s.dtype), spec)
+        lambda s: np.full(tuple(unknown if d is None else d for d in s.shape), unknown, s.dtype),
+        spec)
 
 
 class _Take(_RowOrderOp):
@@ -1357,6 +1542,19 @@ def specs_match(a: Structure, b: Structure) -> bool:
     return all(leaf(x, y) for x, y in zip(nest.flatten(a), nest.flatten(b)))
 
 
+def _check_fn(api: str, name: str, fn: Any) -> Any:
+    if not callable(fn):
+        raise TypeError(f"{api}: {name} must be a callable, got {short(fn)} of type "
+                        f"{type(fn).__name__}.")
+    return fn
+
+
+def stack_elements(elements: list[Element]) -> Element:
+    """Elements of one structure stacked into a batch (InvalidArgumentError naming the
+    shapes where they differ)."""
+    return _stack(elements)
+
+
 def _check_map_func(api: str, map_func: object) -> Callable[..., Dataset]:
     if not callable(map_func):
         hint = (" Pass the reader class itself (interleave(NpyDataset)) or a function that "
@@ -1564,10 +1762,13 @@ def iterate(dataset: Dataset, context: IterationContext) -> Iterator[Element]:
 
 
 def static_batch_size(dataset: Dataset) -> int | None:
-    """The batch size of the ``batch`` closest to ``dataset``'s output, else None."""
+    """The batch size of the ``batch`` (or ``padded_batch``, ``rebatch`` of one size) closest
+    to ``dataset``'s output; None where there is none, or the closest batching node makes
+    batches of no one size (``unbatch``, ``rebatch`` of several sizes, ``group_by_window``)."""
     for node in reversed(dataset._chain_from_source()):
-        if isinstance(node, _Batch):
-            return node._batch_size
+        batching, size = node._batching()
+        if batching:
+            return size
     return None
 
 

@@ -52,6 +52,9 @@ def _call_name(node: Dataset) -> str:
     name = type(node).__name__.lstrip("_")
     if name in _SOURCE_CALLS:
         return _SOURCE_CALLS[name]
+    if type(node).__module__.startswith("mpidist.data.ops."):  # ZipDataset -> zip
+        name = name.removesuffix("Dataset")
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
     if name.endswith("Dataset"):  # a public reader: its own name
         return name
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()  # WithOptions -> with_options

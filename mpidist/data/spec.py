@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
     from mpidist.data.element import Element, Structure
 
-__all__ = ["TensorSpec", "PerReplicaSpec", "spec_of", "most_specific_common", "empty_like_spec"]
+__all__ = ["TensorSpec", "PerReplicaSpec", "DatasetSpec", "spec_of", "most_specific_common",
+           "empty_like_spec"]
 
 
 class TensorSpec:
@@ -76,6 +77,29 @@ class TensorSpec:
 
     def __repr__(self) -> str:
         return f"TensorSpec(shape={self.shape}, dtype={self.dtype.name}, name={self.name!r})"
+
+
+class DatasetSpec:
+    """The spec of an element that is itself a dataset (``window``'s windows): the element
+    spec of that dataset. ``shape`` is () and ``dtype`` object, so code that reads a leaf's
+    shape sees a scalar; such elements cannot be batched or converted to arrays."""
+
+    __slots__ = ("element_spec",)
+    shape: tuple[int, ...] = ()
+    dtype: np.dtype[Any] = np.dtype(object)
+    name = None
+
+    def __init__(self, element_spec: Structure) -> None:
+        self.element_spec = element_spec
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DatasetSpec) and self.element_spec == other.element_spec
+
+    def __hash__(self) -> int:
+        return hash(repr(self.element_spec))
+
+    def __repr__(self) -> str:
+        return f"DatasetSpec({self.element_spec!r}, TensorShape([]))"
 
 
 class PerReplicaSpec:
