@@ -1,6 +1,7 @@
 """The digits MLP trained from files: each worker reads only its own shard files.
 
-The training set is written once as shard files (``.npy`` or Parquet) into a directory every
+The training set is written once as shard files (``.npy``, Parquet, or TFRecord files of
+``tf.train.Example`` records, as a TensorFlow pipeline would have them) into a directory every
 rank can read; training then streams them through ``Dataset.list_files(...).interleave(reader)``
 and ``experimental_distribute_dataset`` / ``fit``, where AUTO sharding finds the reader and gives
 each worker its own files (FILE sharding): no rank ever holds the whole dataset.
@@ -8,6 +9,7 @@ each worker its own files (FILE sharding): no rank ever holds the whole dataset.
     python examples/digits_from_files.py --write-only --data-dir /tmp/digits-files
     mpiexec -n 2 python examples/digits_from_files.py --data-dir /tmp/digits-files
     mpiexec -n 2 python examples/digits_from_files.py --data-dir /tmp/digits-files --format parquet
+    mpiexec -n 2 python examples/digits_from_files.py --data-dir /tmp/digits-files --format tfrecord
 
 Where the files are missing, the chief writes them first. The chief prints the test accuracy
 and how many training rows each worker read per epoch (every row exactly once over the job).
@@ -20,7 +22,8 @@ import os
 import numpy as np
 
 import mpidist
-from mpidist.data import AUTOTUNE, Dataset, NpyDataset, ParquetDataset
+from mpidist.data import AUTOTUNE, Dataset, NpyDataset, ParquetDataset, TFRecordDataset
+from mpidist.io import FixedLenFeature, TFRecordWriter, encode_example, parse_example
 
 from digits_mlp import GLOBAL_BATCH, MLP, load_digits, make_strategy
 
@@ -30,7 +33,8 @@ SHARDS = 6
 def write_shards(directory, fmt):
     """The 1500 training rows as SHARDS files of uneven sizes: ``.npy`` files hold the 64
     features and the label as a 65th column; Parquet files hold columns ``x`` (a fixed-size
-    list of 64 floats) and ``label``."""
+    list of 64 floats) and ``label``; TFRecord files one ``tf.train.Example`` per row, with
+    the features ``x`` (64 floats) and ``label`` (an int64)."""
     (x, y), _ = load_digits()
     os.makedirs(directory, exist_ok=True)
     cuts = np.linspace(0, len(x), SHARDS + 1).astype(int) + np.array([0, 40, -30, 25, -10, 5, 0])
@@ -38,6 +42,10 @@ def write_shards(directory, fmt):
         path = os.path.join(directory, f"train-{i:02d}.{fmt}")
         if fmt == "npy":
             np.save(path, np.column_stack([x[a:b], y[a:b]]))
+        elif fmt == "tfrecord":
+            with TFRecordWriter(path) as writer:
+                for features, label in zip(x[a:b], y[a:b]):
+                    writer.write(encode_example({"x": features, "label": int(label)}))
         else:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -51,6 +59,13 @@ def training_data(directory, fmt):
     if fmt == "npy":
         rows = files.interleave(NpyDataset, cycle_length=2)
         split = lambda batch: (batch[:, :64], batch[:, 64].astype(np.int64))  # noqa: E731
+    elif fmt == "tfrecord":  # records are parsed a batch at a time, as in TF's guides
+        rows = files.interleave(TFRecordDataset, cycle_length=2)
+        spec = {"x": FixedLenFeature([64], np.float32), "label": FixedLenFeature([], np.int64)}
+
+        def split(batch):
+            parsed = parse_example(batch, spec)
+            return parsed["x"].astype(np.float64), parsed["label"]
     else:
         rows = files.interleave(lambda f: ParquetDataset(f, columns=["x", "label"]), cycle_length=2)
         split = lambda batch: (batch["x"], batch["label"])  # noqa: E731
@@ -96,7 +111,7 @@ def run(directory, fmt="npy", kind="multi-worker", replicas=1, epochs=5):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default="digits-files")
-    parser.add_argument("--format", default="npy", choices=["npy", "parquet"])
+    parser.add_argument("--format", default="npy", choices=["npy", "parquet", "tfrecord"])
     parser.add_argument("--write-only", action="store_true", help="write the shard files, exit")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--json", action="store_true")

@@ -298,7 +298,7 @@ def test_custom_training_autograd_reports_and_checkpoints_every_epoch(tmp_path):
 
 
 # -- examples/digits_from_files.py: training from shard files, each worker reading its own ------
-@pytest.mark.parametrize("fmt", ["npy", "parquet"])
+@pytest.mark.parametrize("fmt", ["npy", "parquet", "tfrecord"])
 def test_digits_from_files_under_multi_worker_mirrored(tmp_path, fmt):
     from mpi_launch import launch
 
