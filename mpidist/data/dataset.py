@@ -1017,7 +1017,11 @@ class _Shuffle(_RowOrderOp):
             base = self._seed
         else:
             base = ctx.agreed_seed if ctx.agreed_seed is not None else self._random_seed
-        entropy = [base, self._depth] + ([ctx.iteration, instance] if self._reshuffle else [])
+        # A seeded order depends on the seed and the elements alone, as in TF (not on where the
+        # shuffle sits in the pipeline); unseeded shuffles share the agreed seed, so their
+        # depth keeps two of them in one pipeline apart.
+        position = [] if self._seed is not None else [self._depth]
+        entropy = [base, *position] + ([ctx.iteration, instance] if self._reshuffle else [])
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
 
     def _apply(self, upstream: Callable[[], Iterator[Element]], ctx: IterationContext

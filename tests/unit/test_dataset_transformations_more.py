@@ -387,3 +387,18 @@ def test_rebatched_and_zipped_datasets_are_split_over_replicas():
     steps = list(strategy.experimental_distribute_dataset(pairs))
     x, y = steps[0]
     assert [v.tolist() for v in strategy.experimental_local_results(y)] == [[10, 11], [12, 13]]
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(1, 40), st.integers(0, 3))
+@settings(max_examples=30, deadline=None)
+def test_a_seeded_shuffle_s_order_depends_on_seed_and_elements_only(seed, n, steps_before):
+    """TF's rule: the same seed over the same elements gives the same order, wherever the
+    shuffle sits in the pipeline (identity maps and full takes before it change nothing)."""
+    plain = Dataset.range(n).shuffle(n, seed=seed)
+    deeper = Dataset.range(n)
+    for _ in range(steps_before):
+        deeper = deeper.map(lambda x: x).take(n)
+    deeper = deeper.shuffle(n, seed=seed)
+    assert [int(v) for v in plain.as_numpy_iterator()] == \
+        [int(v) for v in deeper.as_numpy_iterator()]
+    assert sorted(int(v) for v in plain.as_numpy_iterator()) == list(range(n))

@@ -175,7 +175,8 @@ class SampleDataset(Dataset):
         instance = ctx.next_instance(self)
         base = self._seed if self._seed is not None else (
             ctx.agreed_seed if ctx.agreed_seed is not None else self._random_seed)
-        entropy = [base, self._depth] + ([ctx.iteration, instance] if self._rerandomize else [])
+        position = [] if self._seed is not None else [self._depth]  # as Dataset.shuffle's
+        entropy = [base, *position] + ([ctx.iteration, instance] if self._rerandomize else [])
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
 
     def _choices(self, ctx: IterationContext, live: list[bool]) -> Iterator[int]:
