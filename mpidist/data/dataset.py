@@ -39,6 +39,7 @@ from mpidist.data.arguments import (
     to_data,
 )
 from mpidist.data.background import iterate_in_background
+from mpidist.data.parallel_map import cores_of_this_rank, map_in_parallel
 from mpidist.data.file_names import file_list, file_name, match_patterns, require_file
 from mpidist.data.finite import require_finite
 from mpidist.data.ops.registry import operation
@@ -332,11 +333,17 @@ class Dataset:
     def map(self, map_func: Callable[..., Any], num_parallel_calls: int | None = None,
             deterministic: bool | None = None, name: str | None = None) -> Dataset:
         """Apply ``map_func`` to each element (a tuple element is passed as positional
-        arguments). Runs in the iterating thread; ``num_parallel_calls`` is accepted for
-        compatibility (map a batched dataset to vectorise instead)."""
+        arguments). ``num_parallel_calls`` N (or ``AUTOTUNE``: the cores this rank may use)
+        runs it on N threads at once (``mpidist.data.parallel_map``); ``deterministic``
+        (default True, TF's) keeps the input's order, False yields results as they finish."""
         if not callable(map_func):
             raise TypeError(f"map_func must be callable, got {map_func!r}.")
-        return _Map(self, map_func)
+        threads = 1
+        if num_parallel_calls is not None:
+            threads = cores_of_this_rank() if num_parallel_calls == AUTOTUNE else \
+                positive_int("num_parallel_calls", num_parallel_calls)
+        in_order = True if deterministic is None else flag("deterministic", deterministic)
+        return _Map(self, map_func, threads, in_order)
 
     def interleave(self, map_func: Callable[..., Dataset], cycle_length: int | None = None,
                    block_length: int | None = None, num_parallel_calls: int | None = None,
@@ -576,9 +583,7 @@ class Dataset:
     def as_numpy_iterator(self) -> Iterator[Element]:
         """An iterator over the elements (they already are NumPy arrays), a bytes string
         (a TFRecord record) given as ``bytes``, as TF gives it."""
-        if not any(leaf.dtype == object for leaf in nest.flatten(self.element_spec)):
-            return iter(self)
-        return (nest.map_structure(_bytes_as_python, element) for element in self)
+        return _python_bytes(iter(self))
 
     def __repr__(self) -> str:
         name = type(self).__name__.lstrip("_")
@@ -922,6 +927,25 @@ def _block_rows(block: Block) -> Iterator[Element]:
                     for leaf in flat])
 
 
+def _python_bytes(elements: Iterator[Element]) -> Iterator[Element]:
+    """``elements``, with bytes records as ``bytes`` where the first element has any (decided
+    once: the element spec is not computed, which would run a map function on stand-ins)."""
+    first = next(elements, _NO_ELEMENT)
+    if first is _NO_ELEMENT:
+        return
+    if not any(getattr(getattr(leaf, "dtype", None), "kind", "") == "O"
+               for leaf in nest.flatten(first)):
+        yield first
+        yield from elements
+        return
+    yield nest.map_structure(_bytes_as_python, first)
+    for element in elements:
+        yield nest.map_structure(_bytes_as_python, element)
+
+
+_NO_ELEMENT: Any = object()
+
+
 def _bytes_as_python(x: Any) -> Any:
     return x.item() if isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype == object else x
 
@@ -1104,9 +1128,11 @@ class _Shard(_RowOrderOp):
 
 
 class _Map(Dataset):
-    def __init__(self, input_dataset: Dataset, fn: Callable[..., Any]) -> None:
+    def __init__(self, input_dataset: Dataset, fn: Callable[..., Any], threads: int = 1,
+                 deterministic: bool = True) -> None:
         super().__init__((input_dataset,))
         self._fn = fn
+        self._threads, self._deterministic = threads, deterministic
 
     def _call(self, element: Element, index: int = 0) -> Element:
         args = element if type(element) is tuple else (element,)
@@ -1141,12 +1167,28 @@ class _Map(Dataset):
                 "component (e.g. lambda x, y: ...).") from None
 
     def _iterate(self, ctx: IterationContext) -> Iterator[Element]:
+        if self._threads > 1:
+            yield from self._iterate_in_parallel(ctx)
+            return
         for index, element in enumerate(self._inputs[0]._iterate(ctx)):
             if ctx.skip_error is None:
                 yield self._call(element, index)
                 continue
             try:
                 out = self._call(element, index)
+            except Exception as e:  # noqa: BLE001 - ignore_errors downstream drops the element
+                ctx.skip_error(e)
+                continue
+            yield out
+
+    def _iterate_in_parallel(self, ctx: IterationContext) -> Iterator[Element]:
+        for done in map_in_parallel(self._call, self._inputs[0]._iterate(ctx), self._threads,
+                                    self._deterministic):
+            if ctx.skip_error is None:
+                yield done.result()
+                continue
+            try:
+                out = done.result()
             except Exception as e:  # noqa: BLE001 - ignore_errors downstream drops the element
                 ctx.skip_error(e)
                 continue
