@@ -66,12 +66,13 @@ def _next_done(pending: collections.deque[concurrent.futures.Future[Any]],
             return pending.popleft()
         wait_until(oldest.done, "the map function on the next element",
                    "the dataset's map threads",
-                   pause=lambda at_most: concurrent.futures.wait([oldest], timeout=at_most))
+                   pause=lambda at_most: concurrent.futures.wait(  # wait-ok: one bounded pause
+                       [oldest], timeout=at_most))
         return pending.popleft()
     wait_until(lambda: any(f.done() for f in pending), "the map function on any element",
                "the dataset's map threads",
-               pause=lambda at_most: concurrent.futures.wait(pending, timeout=at_most,
-                                                             return_when=_FIRST))
+               pause=lambda at_most: concurrent.futures.wait(  # wait-ok: one bounded pause
+                   pending, timeout=at_most, return_when=_FIRST))
     done = next(f for f in pending if f.done())
     pending.remove(done)
     return done
