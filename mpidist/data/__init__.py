@@ -4,14 +4,20 @@ datasets are split across replicas and workers (``experimental_distribute_datase
 from mpidist.data import experimental
 from mpidist.data.dataset import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset
 from mpidist.data.ops import (  # noqa: F401  # each registers its operations
+    batch,
     batching,
     cache,
     concatenate,
     filter,
     grouping,
     ignore_errors,
+    interleave,
+    map,
+    prefetch,
+    row_order,
     sampling,
     scan,
+    sources,
     window,
     zip,
 )

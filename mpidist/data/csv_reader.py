@@ -23,14 +23,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mpidist.data.arguments import count_int, flag, positive_int, short
-from mpidist.data.dataset import AUTOTUNE, Dataset, FileReader
+from mpidist.data.dataset import AUTOTUNE, Dataset
+from mpidist.data.file_reader import FileReader
 from mpidist.data.file_kinds import read_head, vet_compression
 from mpidist.data.readers import COMPRESSION_TYPES, decompressed_chunks, optional_module
 from mpidist.data.spec import TensorSpec
 from mpidist.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from mpidist.data.dataset import BlockSizes
+    from mpidist.data.file_reader import BlockSizes
     from mpidist.data.element import Block, Structure
 
 __all__ = ["CsvDataset", "make_csv_dataset"]

@@ -29,13 +29,15 @@ import numpy as np
 
 from mpidist.core import nest
 from mpidist.data.arguments import count_int, positive_int, short
-from mpidist.data.dataset import AUTOTUNE, Dataset, FileReader
+from mpidist.data.dataset import AUTOTUNE, Dataset
+from mpidist.data.file_reader import FileReader
 from mpidist.data.file_kinds import HEAD_BYTES, vet_compression, with_kind_hint
 from mpidist.data.spec import TensorSpec
 from mpidist.errors import DataLossError, InvalidArgumentError
 
 if TYPE_CHECKING:
-    from mpidist.data.dataset import BlockSizes, IterationContext
+    from mpidist.data.context import IterationContext
+    from mpidist.data.file_reader import BlockSizes
     from mpidist.data.element import Block, Structure
 
 __all__ = ["TextLineDataset", "NpyDataset", "NpzDataset", "ParquetDataset", "HDF5Dataset",

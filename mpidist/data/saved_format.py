@@ -33,7 +33,8 @@ savers to one path each publish a whole copy. Nothing is pickled
 and loading imports nothing: a namedtuple is found by its class path among the modules already
 imported, else rebuilt as a namedtuple of the same name and fields.
 
-This module knows nothing of ``Dataset`` (which builds ``save`` / ``load`` on it).
+This module knows nothing of ``Dataset`` (which builds ``save`` / ``load`` on it). The element spec's JSON
+and its checks are in ``mpidist.data.saved_spec``, re-exported here.
 """
 
 from __future__ import annotations
@@ -44,11 +45,10 @@ import json
 import os
 import re
 import struct
-import sys
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, NamedTuple
 
 import numpy as np
@@ -65,6 +65,7 @@ from mpidist.core.durable import (
     write_file,
     writer_token,
 )
+from mpidist.data.saved_spec import DTYPE_KINDS, check_load_spec, leaf_fits, spec_from_json, spec_to_json
 from mpidist.data.spec import TensorSpec
 from mpidist.errors import DataLossError, InvalidArgumentError, NotFoundError
 
@@ -95,140 +96,9 @@ _MAX_OPEN_FILES = 64  # shard files kept open at once while writing; others are 
 # Another host's unpublished shards untouched this long are a killed save's: deleted.
 _ABANDONED_SECONDS = 24 * 3600.0
 _SHARD_NAME = re.compile(r"shard-[0-9]{5,}\.(.+)\.mpds")
-_DTYPE_KINDS = "biufcUSmM"  # numbers, bools, strings, times; no objects (no pickles)
 
 # Pending rows of all shards together are flushed, largest first, above this many blocks.
 _PENDING_BLOCKS = 16
-
-
-# -- element specs as JSON ------------------------------------------------------------------
-
-def _dtype_json(dtype: np.dtype, where: str) -> str:
-    if dtype.kind not in _DTYPE_KINDS or dtype.fields is not None:
-        raise InvalidArgumentError(
-            f"Dataset.save: {where} has dtype {dtype}, which a saved dataset cannot hold "
-            "(numbers, bools, str/bytes strings and datetimes only; no Python objects). "
-            "Convert it, e.g. with Dataset.map, before saving.")
-    return str(dtype.str)
-
-
-def _key_json(key: Any, where: str) -> list[Any]:
-    if isinstance(key, str):
-        return ["str", key]
-    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        return ["int", int(key)]
-    raise InvalidArgumentError(
-        f"Dataset.save: {where} has the mapping key {key!r} of type {type(key).__name__}; "
-        "a saved dataset's mapping keys must be str or int.")
-
-
-def spec_to_json(spec: Any, where: str = "the element spec") -> Any:
-    """The JSON-able description of an element spec: nests of tuples, lists, namedtuples and
-    mappings whose leaves are TensorSpecs."""
-    if isinstance(spec, TensorSpec):
-        out: dict[str, Any] = {
-            "kind": "tensor",
-            "shape": None if spec.shape is None else list(spec.shape),
-            "dtype": _dtype_json(spec.dtype, where),
-        }
-        if spec.name is not None:
-            out["name"] = str(spec.name)
-        return out
-    if isinstance(spec, Mapping):
-        # insertion order, so the loaded dict lists its keys as the saved one did
-        return {"kind": "dict", "items": [
-            [_key_json(k, where), spec_to_json(v, f"{where}[{k!r}]")] for k, v in spec.items()]}
-    if nest.is_namedtuple(spec):
-        cls = type(spec)
-        return {"kind": "namedtuple", "class": f"{cls.__module__}:{cls.__qualname__}",
-                "fields": list(cls._fields),
-                "items": [spec_to_json(v, f"{where}.{f}") for f, v in zip(cls._fields, spec)]}
-    if isinstance(spec, (tuple, list)):
-        return {"kind": "tuple" if isinstance(spec, tuple) else "list",
-                "items": [spec_to_json(v, f"{where}[{i}]") for i, v in enumerate(spec)]}
-    raise InvalidArgumentError(
-        f"Dataset.save: {where} is {type(spec).__name__} {spec!r:.80}; an element spec is a "
-        "TensorSpec or a tuple, list, namedtuple or dict of them.")
-
-
-def _namedtuple_class(path: str, fields: list[str]) -> Any:
-    """The class at ``module:qualname`` if its module is already imported and it has these
-    fields; else a namedtuple of the same name and fields (loading imports nothing)."""
-    module_name, _, qualname = path.partition(":")
-    obj: Any = sys.modules.get(module_name)
-    for part in qualname.split(".") if obj is not None else ():
-        obj = getattr(obj, part, None)
-    if isinstance(obj, type) and issubclass(obj, tuple) and list(
-            getattr(obj, "_fields", ())) == fields:
-        return obj
-    name = qualname.rpartition(".")[2]
-    return collections.namedtuple(name if name.isidentifier() else "SavedNamedTuple", fields)
-
-
-def spec_from_json(data: Any) -> Any:
-    """The element spec ``spec_to_json`` described; ValueError/KeyError/TypeError if malformed."""
-    kind = data["kind"]
-    if kind == "tensor":
-        shape = data["shape"]
-        if shape is not None and not all(d is None or (type(d) is int and d >= 0) for d in shape):
-            raise ValueError(f"bad shape {shape!r}")
-        dtype = np.dtype(data["dtype"])
-        if dtype.kind not in _DTYPE_KINDS:
-            raise ValueError(f"bad dtype {data['dtype']!r}")
-        return TensorSpec(shape, dtype, data.get("name"))
-    items = data["items"]
-    if kind == "dict":
-        return {(str(k[1]) if k[0] == "str" else int(k[1])): spec_from_json(v) for k, v in items}
-    if kind == "namedtuple":
-        cls = _namedtuple_class(str(data["class"]), [str(f) for f in data["fields"]])
-        return cls._make(spec_from_json(v) for v in items)
-    if kind == "tuple":
-        return tuple(spec_from_json(v) for v in items)
-    if kind == "list":
-        return [spec_from_json(v) for v in items]
-    raise ValueError(f"unknown kind {kind!r}")
-
-
-def _leaf_fits(spec: TensorSpec, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
-    """Whether one row of dtype/shape fits ``spec`` (strings of any length alike)."""
-    if dtype != spec.dtype and not (dtype.kind == spec.dtype.kind and dtype.kind in "US"):
-        return False
-    if spec.shape is None:
-        return True
-    return len(shape) == len(spec.shape) and all(
-        d is None or d == e for d, e in zip(spec.shape, shape))
-
-
-def check_load_spec(given: Any, saved: Any, path: str) -> Any:
-    """``Dataset.load``'s element_spec: the saved spec when ``given`` is None, else ``given``
-    if it describes the saved elements (same structure; dtypes equal, strings of any length
-    alike; each dimension equal or unknown in either), else InvalidArgumentError."""
-    if given is None:
-        return saved
-    problem = None
-    try:
-        nest.assert_same_structure(given, saved)
-    except (ValueError, TypeError) as e:
-        problem = f"its structure differs: {e}"
-    else:
-        for g, s in zip(nest.flatten(given), nest.flatten(saved)):
-            if not isinstance(g, TensorSpec):
-                problem = f"its leaf {g!r:.60} is not a TensorSpec"
-                break
-            same_dtype = g.dtype == s.dtype or (g.dtype.kind == s.dtype.kind
-                                                and g.dtype.kind in "US")
-            shapes_fit = g.shape is None or s.shape is None or (
-                len(g.shape) == len(s.shape)
-                and all(a is None or b is None or a == b for a, b in zip(g.shape, s.shape)))
-            if not (same_dtype and shapes_fit):
-                problem = f"{g} does not describe the saved {s}"
-                break
-    if problem is None:
-        return given
-    raise InvalidArgumentError(
-        f"Dataset.load: element_spec={given!r:.200} does not match the dataset saved at {path}, "
-        f"whose element spec is {saved!r:.200}: {problem}. Pass element_spec=None to use the "
-        "saved spec.")
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -445,7 +315,7 @@ def _as_leaves(element: Any, spec: Any, flat_spec: list[TensorSpec], index: int
                ) -> list[np.ndarray]:
     leaves = _structured_leaves(element, spec, f"element {index}")
     for leaf, s in zip(leaves, flat_spec):
-        if not _leaf_fits(s, leaf.dtype, leaf.shape):
+        if not leaf_fits(s, leaf.dtype, leaf.shape):
             raise InvalidArgumentError(
                 f"Dataset.save: element {index} has a leaf of dtype {leaf.dtype} and shape "
                 f"{leaf.shape}, which does not fit its spec {s}.")
@@ -473,7 +343,7 @@ def _block_pieces(blocks: Iterable[Any], spec: Any, flat_spec: list[TensorSpec],
         leaves = _structured_leaves(block, spec, f"the block of elements {index}..")
         n = len(leaves[0]) if leaves[0].ndim else -1
         for leaf, s in zip(leaves, flat_spec):
-            if leaf.ndim == 0 or len(leaf) != n or not _leaf_fits(s, leaf.dtype, leaf.shape[1:]):
+            if leaf.ndim == 0 or len(leaf) != n or not leaf_fits(s, leaf.dtype, leaf.shape[1:]):
                 raise InvalidArgumentError(
                     f"Dataset.save: the block of elements {index}.. has a leaf of dtype "
                     f"{leaf.dtype} and shape {leaf.shape}, which is not {max(n, 0)} rows of "
@@ -850,8 +720,8 @@ def _parse_table(table_bytes: bytes, rows: int, flat_spec: list[TensorSpec], pat
     if len(out) != len(flat_spec) or not out:
         raise _data_loss(path, f"{what} has {len(out)} leaves, the spec {len(flat_spec)}")
     for (dtype, shape), s in zip(out, flat_spec):
-        if (dtype.kind not in _DTYPE_KINDS or not shape or shape[0] != rows
-                or min(shape) < 0 or not _leaf_fits(s, dtype, shape[1:])):
+        if (dtype.kind not in DTYPE_KINDS or not shape or shape[0] != rows
+                or min(shape) < 0 or not leaf_fits(s, dtype, shape[1:])):
             raise _data_loss(path, f"{what} has a leaf {dtype}{list(shape)} that does not fit "
                              f"{s} in blocks of {rows} rows")
     return out

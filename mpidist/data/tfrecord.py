@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mpidist.data.arguments import count_int, positive_int, short
-from mpidist.data.dataset import AUTOTUNE, Dataset, FileReader
+from mpidist.data.dataset import AUTOTUNE, Dataset
+from mpidist.data.file_reader import FileReader
 from mpidist.data.readers import decompressed_chunks
 from mpidist.data.spec import TensorSpec
 from mpidist.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from mpidist.data.dataset import BlockSizes, IterationContext
+    from mpidist.data.context import IterationContext
+    from mpidist.data.file_reader import BlockSizes
     from mpidist.data.element import Block, Structure
 
 __all__ = ["TFRecordDataset"]
