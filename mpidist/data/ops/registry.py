@@ -1,8 +1,8 @@
 """Builders of the transformations of ``mpidist.data.ops``, by method name.
 
-``mpidist.data.dataset`` looks a builder up here instead of importing the module that defines
-it (that module imports ``dataset`` for the ``Dataset`` base class; importing it back would be
-a cycle). ``mpidist.data`` imports every op module, which registers its builders.
+``mpidist.data.base`` (the ``Dataset`` class) looks a builder up here instead of importing the
+module that defines it (that module imports ``base`` for the ``Dataset`` base class; importing
+it back would be a cycle). ``mpidist.data`` imports every op module, which registers its builders.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def register(name: str, builder: Callable[..., Dataset]) -> None:
 
 def operation(name: str) -> Callable[..., Dataset]:
     """The builder registered under ``name``; a RuntimeError names the module to import when
-    none is (only ``mpidist.data.dataset`` imported by itself, never through ``mpidist.data``)."""
+    none is (``mpidist.data.base`` imported by itself, never through ``mpidist.data``)."""
     try:
         return _BUILDERS[name]
     except KeyError:
