@@ -110,6 +110,7 @@ __all__ = [
     "has_strategy",
     "in_cross_replica_context",
     "metrics",
+    "io",
     "autodiff",
     "nn",
     "optimizers",
@@ -118,3 +119,13 @@ __all__ = [
 
 if not _GUARD_PROCESS:
     del _get_default_strategy
+
+
+def __getattr__(name: str) -> object:
+    """``mpidist.io`` (TFRecord files, ``tf.train.Example`` parsing) on first use, as
+    ``tf.io`` is reached: it loads protobuf, which ``import mpidist`` need not pay for."""
+    if name == "io":
+        import importlib  # noqa: PLC0415
+
+        return importlib.import_module("mpidist.io")
+    raise AttributeError(f"module 'mpidist' has no attribute {name!r}")

@@ -425,6 +425,18 @@ def make_csv_dataset(file_pattern: Any, batch_size: int, column_names: Sequence[
     """
     where = "make_csv_dataset"
     batch_size = positive_int(f"{where}: batch_size", batch_size)
+    if num_epochs is not None:
+        num_epochs = positive_int(f"{where}: num_epochs", num_epochs)
+    num_rows_for_inference = count_int(f"{where}: num_rows_for_inference", num_rows_for_inference)
+    if num_rows_for_inference < 0:
+        raise InvalidArgumentError(f"{where}: num_rows_for_inference must be 0 or more, got "
+                                   f"{num_rows_for_inference}.")
+    if shuffle_seed is not None:
+        shuffle_seed = count_int(f"{where}: shuffle_seed", shuffle_seed)
+    if column_names is not None and (isinstance(column_names, (str, bytes)) or
+                                     np.ndim(column_names) != 1):
+        raise TypeError(f"{where}: column_names must be a list of str, one per column, got "
+                        f"{short(column_names)}.")
     files = Dataset.list_files(file_pattern, shuffle=False)
     names_list = [str(n) for n in files]
     if not names_list:

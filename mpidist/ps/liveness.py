@@ -6,8 +6,9 @@ the survivors wait in MPI_Finalize forever), so once the chief knows of a lost r
 stuck worker, a failed ps) it says so in its SHUTDOWN message, and each rank leaves with
 ``leave_without_finalize``: output flushed, then ``os._exit``. A ps or worker rank that stops
 hearing from the chief (whose ``runtime.ChiefPulse`` speaks every
-``MPIDIST_PS_HEARTBEAT_SECONDS``) for ``MPIDIST_PS_COORDINATOR_TIMEOUT`` seconds gets
-``ChiefGoneError`` (``ChiefWatch``) and ends the same way, with the report and exit code 1.
+``MPIDIST_PS_HEARTBEAT_SECONDS``) for ``MPIDIST_PS_COORDINATOR_TIMEOUT`` seconds, or whose
+chief's process the transport saw end (``Transport.gone``), gets ``ChiefGoneError``
+(``ChiefWatch``) and ends the same way, with the report and exit code 1.
 """
 
 import functools
