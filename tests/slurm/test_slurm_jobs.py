@@ -244,4 +244,4 @@ def test_gpu_script_runs_the_default_program(slurm, tmp_path):
     assert_completed(info, out, err)
     assert "srun --mpi=pmi2 " in out and out.rstrip().endswith("step ended with 0"), out
     assert out.count("Epoch 5/5 - loss:") == 1, out
-    assert "train.py: 2 replicas, 115 steps: test accuracy 0.9663" in out, out
+    assert "train.py: 2 replicas, 115 steps: test accuracy 0.9596" in out, out
