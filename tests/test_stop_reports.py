@@ -105,15 +105,19 @@ def test_ctrl_c_stops_a_parameter_server_job_within_seconds(tmp_path):
     assert "WARNING" not in out and "Traceback" not in out, out
 
 
-def run_die(how, *launcher_args):
-    """``(exit code, output, seconds)`` of die_how.py on 4 ranks, rank 3 leaving by ``how``."""
+def run_die(how, *launcher_args, guarded=False):
+    """``(exit code, output, seconds)`` of die_how.py on 4 ranks, rank 3 leaving by ``how``;
+    ``guarded``: under ``mpidist run`` (each rank under its guard)."""
     hydra = find_hydra()
     if hydra is None:
         pytest.skip("needs MPICH's mpiexec.hydra")
+    program = [sys.executable, str(DIE), "3", how]
+    command = [sys.executable, "-m", "mpidist", "run", "--mpiexec", hydra, *launcher_args,
+               "-n", "4", "--", *program] if guarded else [hydra, *launcher_args, "-n", "4",
+                                                          *program]
     start = time.monotonic()
-    done = subprocess.run([hydra, *launcher_args, "-n", "4", sys.executable, str(DIE), "3", how],
-                          capture_output=True, text=True, timeout=TIMEOUT, cwd=DIE.parent,
-                          env={**os.environ, "HYDRA_IFACE": "lo"})
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
+                          cwd=DIE.parent, env={**os.environ, "HYDRA_IFACE": "lo"})
     return done.returncode, done.stdout + done.stderr, time.monotonic() - start
 
 
@@ -128,16 +132,25 @@ def test_an_os_exit_is_named_by_a_survivor(nodes):
                      r"its process ended without leaving the job \(os\._exit", out), out
 
 
-def test_sigterm_to_one_rank_of_a_fault_tolerant_job_ends_it_with_two_lines():
-    """Under -disable-auto-cleanup nothing else would end the survivors (they wait in the
-    step's all-reduce): the stopped rank's line, then rank 0's, then the job ends."""
-    code, out, seconds = run_die("SIGTERM", "-disable-auto-cleanup")
+@pytest.mark.parametrize("launcher", ["mpiexec", "mpidist run"])
+def test_sigterm_to_one_rank_of_a_fault_tolerant_job_ends_it_with_two_lines(launcher):
+    """Under -disable-auto-cleanup the survivors wait in the step's all-reduce: the stopped
+    rank's line, then rank 0's, then rank 0 ends the job. Under ``mpidist run`` that is what
+    happens, every time: the guard hands Hydra the rank's end as an exit code, which Hydra
+    leaves alone in this mode. Under a plain ``mpiexec`` the rank dies of the signal itself, and
+    Hydra ends the whole job on a signal death even in this mode, often before rank 0's grace
+    (1 s) is over: then Hydra's own line ends the output instead of rank 0's (measured: 2 of 4
+    runs, before this change as after it)."""
+    code, out, seconds = run_die("SIGTERM", "-disable-auto-cleanup",
+                                 guarded=launcher == "mpidist run")
     assert code != 0, out
     assert seconds < 60, (seconds, out)
     assert re.search(r"\[mpidist rank 3 of 4 on \S+\] stopped by SIGTERM .* at die_how\.py:\d+ "
                      r"in <module>; nothing was saved by this run\.", out), out
-    assert re.search(r"\[mpidist rank 0 of 4 on \S+\] rank 3 of 4 \(pid \d+ on \S+\) was "
-                     r"stopped \(its line above says how\); the job cannot continue", out), out
+    rank0 = re.search(r"\[mpidist rank 0 of 4 on \S+\] rank 3 of 4 \(pid \d+ on \S+\) was "
+                      r"stopped \(its line above says how\); the job cannot continue", out)
+    hydra = "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Terminated (signal 15)" in out
+    assert rank0 or (launcher == "mpiexec" and hydra), out
     assert "is gone" not in out and "Traceback" not in out, out
 
 
