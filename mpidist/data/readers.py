@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from mpidist.data.element import Block, Structure
 
 __all__ = ["TextLineDataset", "NpyDataset", "NpzDataset", "ParquetDataset", "HDF5Dataset",
-           "COMPRESSION_TYPES", "decompressed_chunks", "optional_module"]
+           "StreamFileReader", "COMPRESSION_TYPES", "decompressed_chunks", "optional_module"]
 
 # Rows per block: about this many bytes. Measured (benchmarks/readers_throughput.py, .npy
 # batch(256)): 1 MiB read 15 GB/s into fresh blocks, 4 MiB 9 GB/s (fresh 4 MiB buffers are
@@ -147,7 +147,50 @@ def decompressed_chunks(reader: str, path: str, compression: str | None, given: 
             "compression_type, or re-copy the file.") from e
 
 
-class TextLineDataset(FileReader):
+class StreamFileReader(FileReader):
+    """A reader of files read as byte streams, plain or compressed (``TextLineDataset``,
+    ``TFRecordDataset``): TF's ``compression_type``, ``buffer_size`` and
+    ``num_parallel_reads`` arguments, checked alike, and with ``num_parallel_reads`` N > 1 (or
+    AUTOTUNE) N files read at a time, their elements interleaved one each as TF orders them
+    (``interleave`` with ``cycle_length=N``)."""
+
+    def __init__(self, filenames: Any, compression_type: str | None = None,
+                 buffer_size: int | None = None, num_parallel_reads: int | None = None,
+                 name: str | None = None) -> None:
+        reader = self.reader
+        if compression_type not in COMPRESSION_TYPES:
+            raise InvalidArgumentError(
+                f"{reader}: compression_type must be None, '', 'GZIP' or 'ZLIB', got "
+                f"{short(compression_type)}.")
+        if buffer_size is not None and count_int(f"{reader}: buffer_size", buffer_size) < 0:
+            raise InvalidArgumentError(
+                f"{reader}: buffer_size must be >= 0 (0: the default), got {buffer_size}.")
+        if num_parallel_reads is not None and num_parallel_reads != AUTOTUNE:
+            positive_int(f"{reader}: num_parallel_reads", num_parallel_reads)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{reader}: name must be a str or None, got {short(name)}.")
+        self._compression = compression_type or None
+        self._compression_arg = compression_type  # as given, for messages ('' or None)
+        self._chunk = buffer_size or _TEXT_CHUNK
+        self._parallel = num_parallel_reads
+        super().__init__(filenames)
+
+    def _blocks(self, ctx: IterationContext) -> Iterator[Block]:
+        if self._parallel is None or self._parallel == 1:
+            return super()._blocks(ctx)
+        return self._interleaved_blocks(ctx)
+
+    def _interleaved_blocks(self, ctx: IterationContext) -> Iterator[Block]:
+        names = list(self._file_names(ctx))  # this worker's files where FILE sharding splits them
+        if not names:
+            return
+        one_file = lambda f: type(self)(f, self._compression_arg, self._chunk)  # noqa: E731
+        elements = Dataset.from_tensor_slices(names).interleave(one_file,
+                                                                cycle_length=self._parallel)
+        yield from elements._blocks(ctx.child(salt=-1))
+
+
+class TextLineDataset(StreamFileReader):
     """``tf.data.TextLineDataset``: one element per line of the files, the line ending ("\\n"
     or "\\r\\n") stripped; a last line without a newline is an element too.
 
@@ -164,39 +207,8 @@ class TextLineDataset(FileReader):
     def _spec_args(self) -> Hashable:
         return ()  # one str per line, whatever the options
 
-
-    def __init__(self, filenames: Any, compression_type: str | None = None, buffer_size: int | None = None,
-                 num_parallel_reads: int | None = None, name: str | None = None) -> None:
-        if compression_type not in COMPRESSION_TYPES:
-            raise InvalidArgumentError(
-                f"TextLineDataset: compression_type must be None, '', 'GZIP' or 'ZLIB', got "
-                f"{short(compression_type)}.")
-        if buffer_size is not None and count_int("TextLineDataset: buffer_size", buffer_size) < 0:
-            raise InvalidArgumentError(
-                f"TextLineDataset: buffer_size must be >= 0 (0: the default), got {buffer_size}.")
-        if num_parallel_reads is not None and num_parallel_reads != AUTOTUNE:
-            positive_int("TextLineDataset: num_parallel_reads", num_parallel_reads)
-        self._compression = compression_type or None
-        self._compression_arg = compression_type  # as given, for messages ('' or None)
-        self._chunk = buffer_size or _TEXT_CHUNK
-        self._parallel = num_parallel_reads
-        super().__init__(filenames)
-
     def _file_spec(self, path: str) -> Structure:
         return TensorSpec((), np.str_)
-
-    def _blocks(self, ctx: IterationContext) -> Iterator[Block]:
-        if self._parallel is None or self._parallel == 1:
-            return super()._blocks(ctx)
-        return self._interleaved_blocks(ctx)
-
-    def _interleaved_blocks(self, ctx: IterationContext) -> Iterator[Block]:
-        names = list(self._file_names(ctx))  # this worker's files where FILE sharding splits them
-        if not names:
-            return
-        one_file = lambda f: TextLineDataset(f, self._compression_arg, self._chunk)  # noqa: E731
-        lines = Dataset.from_tensor_slices(names).interleave(one_file, cycle_length=self._parallel)
-        yield from lines._blocks(ctx.child(salt=-1))
 
     def _raw_chunks(self, path: str) -> Iterator[bytes]:
         return decompressed_chunks(self.reader, path, self._compression, self._compression_arg,

@@ -4,31 +4,24 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mpidist.data.arguments import count_int, positive_int, short
-from mpidist.data.dataset import AUTOTUNE, Dataset
-from mpidist.data.file_reader import FileReader
-from mpidist.data.readers import decompressed_chunks
+from mpidist.data.readers import StreamFileReader, decompressed_chunks
 from mpidist.data.spec import TensorSpec
-from mpidist.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from mpidist.data.context import IterationContext
     from mpidist.data.file_reader import BlockSizes
     from mpidist.data.element import Block, Structure
 
 __all__ = ["TFRecordDataset"]
 
-COMPRESSION_TYPES = (None, "", "GZIP", "ZLIB")
-_CHUNK = 256 << 10       # TF's default read buffer (buffer_size None)
 _BLOCK_RECORDS = 4096    # records per block at most (and about BLOCK_BYTES of them)
 _BLOCK_BYTES = 1 << 20
 
 
-class TFRecordDataset(FileReader):
+class TFRecordDataset(StreamFileReader):
     """``tf.data.TFRecordDataset``: one element per record of the TFRecord files, in order.
 
     An element is the record's bytes, exactly, as a 0-d NumPy object array holding a Python
@@ -45,44 +38,11 @@ class TFRecordDataset(FileReader):
 
     reader = "TFRecordDataset"
 
-    def __init__(self, filenames: Any, compression_type: str | None = None,
-                 buffer_size: int | None = None, num_parallel_reads: int | None = None,
-                 name: str | None = None) -> None:
-        if compression_type not in COMPRESSION_TYPES:
-            raise InvalidArgumentError(
-                f"TFRecordDataset: compression_type must be None, '', 'GZIP' or 'ZLIB', got "
-                f"{short(compression_type)}.")
-        if buffer_size is not None and count_int("TFRecordDataset: buffer_size", buffer_size) < 0:
-            raise InvalidArgumentError(
-                f"TFRecordDataset: buffer_size must be >= 0 (0: the default), got {buffer_size}.")
-        if num_parallel_reads is not None and num_parallel_reads != AUTOTUNE:
-            positive_int("TFRecordDataset: num_parallel_reads", num_parallel_reads)
-        if name is not None and not isinstance(name, str):
-            raise TypeError(f"TFRecordDataset: name must be a str or None, got {short(name)}.")
-        self._compression = compression_type or None
-        self._compression_arg = compression_type
-        self._chunk = buffer_size or _CHUNK
-        self._parallel = num_parallel_reads
-        super().__init__(filenames)
-
     def _spec_args(self) -> Hashable:
         return ()  # one bytes scalar per record, whatever the options
 
     def _file_spec(self, path: str) -> Structure:
         return TensorSpec((), np.dtype(object))
-
-    def _blocks(self, ctx: IterationContext) -> Iterator[Block]:
-        if self._parallel is None or self._parallel == 1:
-            return super()._blocks(ctx)
-        return self._interleaved_blocks(ctx)
-
-    def _interleaved_blocks(self, ctx: IterationContext) -> Iterator[Block]:
-        names = list(self._file_names(ctx))  # this worker's files where FILE sharding splits them
-        if not names:
-            return
-        one_file = lambda f: TFRecordDataset(f, self._compression_arg, self._chunk)  # noqa: E731
-        records = Dataset.from_tensor_slices(names).interleave(one_file, cycle_length=self._parallel)
-        yield from records._blocks(ctx.child(salt=-1))
 
     # sizes: records vary, blocks are by bytes and count
     def _file_blocks(self, path: str, sizes: BlockSizes) -> Iterator[Block]:

@@ -50,6 +50,16 @@ def _build_messages() -> dict[str, Any]:
             f.options.packed = True
         return f
 
+    def string_map(m: Any, name: str, entry: str, value_type: str) -> None:
+        """A ``map<string, value_type>`` field ``name`` of message ``m``, as protoc writes one:
+        a nested ``entry`` message of key and value, repeated."""
+        pair = m.nested_type.add(name=entry)
+        pair.options.map_entry = True
+        field(pair, "key", 1, F.TYPE_STRING)
+        field(pair, "value", 2, F.TYPE_MESSAGE, type_name=f".tensorflow.{value_type}")
+        field(m, name, 1, F.TYPE_MESSAGE, repeated=True,
+              type_name=f".tensorflow.{m.name}.{entry}")
+
     field(message("BytesList"), "value", 1, F.TYPE_BYTES, repeated=True)
     field(message("FloatList"), "value", 1, F.TYPE_FLOAT, repeated=True, packed=True)
     field(message("Int64List"), "value", 1, F.TYPE_INT64, repeated=True, packed=True)
@@ -58,22 +68,10 @@ def _build_messages() -> dict[str, Any]:
     for number, (name, type_name) in enumerate(
             (("bytes_list", "BytesList"), ("float_list", "FloatList"), ("int64_list", "Int64List")), 1):
         field(feature, name, number, F.TYPE_MESSAGE, type_name=f".tensorflow.{type_name}").oneof_index = 0
-    features = message("Features")
-    entry = features.nested_type.add(name="FeatureEntry")
-    entry.options.map_entry = True
-    field(entry, "key", 1, F.TYPE_STRING)
-    field(entry, "value", 2, F.TYPE_MESSAGE, type_name=".tensorflow.Feature")
-    field(features, "feature", 1, F.TYPE_MESSAGE, repeated=True,
-          type_name=".tensorflow.Features.FeatureEntry")
+    string_map(message("Features"), "feature", "FeatureEntry", "Feature")
     list_message = message("FeatureList")
     field(list_message, "feature", 1, F.TYPE_MESSAGE, repeated=True, type_name=".tensorflow.Feature")
-    lists = message("FeatureLists")
-    entry = lists.nested_type.add(name="FeatureListEntry")
-    entry.options.map_entry = True
-    field(entry, "key", 1, F.TYPE_STRING)
-    field(entry, "value", 2, F.TYPE_MESSAGE, type_name=".tensorflow.FeatureList")
-    field(lists, "feature_list", 1, F.TYPE_MESSAGE, repeated=True,
-          type_name=".tensorflow.FeatureLists.FeatureListEntry")
+    string_map(message("FeatureLists"), "feature_list", "FeatureListEntry", "FeatureList")
     field(message("Example"), "features", 1, F.TYPE_MESSAGE, type_name=".tensorflow.Features")
     sequence = message("SequenceExample")
     field(sequence, "context", 1, F.TYPE_MESSAGE, type_name=".tensorflow.Features")

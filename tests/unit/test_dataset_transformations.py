@@ -15,19 +15,7 @@ import pytest
 from mpidist.data import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset, TensorSpec
 from mpidist.data.spec import DatasetSpec
 from mpidist.errors import InvalidArgumentError
-
-
-def py(x):
-    """An element as plain Python values, keeping tuple / dict structure."""
-    if isinstance(x, dict):
-        return {k: py(v) for k, v in x.items()}
-    if isinstance(x, tuple):
-        return tuple(py(v) for v in x)
-    return np.asarray(x).tolist()
-
-
-def values(ds):
-    return [py(e) for e in ds]
+from dataset_values import py, values
 
 
 I64 = TensorSpec((), np.int64)

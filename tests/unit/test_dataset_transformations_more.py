@@ -31,18 +31,7 @@ from mpidist.data.dataset import (
 )
 from mpidist.data.experimental import AutoShardPolicy
 from mpidist.errors import InvalidArgumentError
-
-
-def py(x):
-    if isinstance(x, dict):
-        return {k: py(v) for k, v in x.items()}
-    if isinstance(x, tuple):
-        return tuple(py(v) for v in x)
-    return np.asarray(x).tolist()
-
-
-def values(ds):
-    return [py(e) for e in ds]
+from dataset_values import values
 
 
 # -- choose_from_datasets --------------------------------------------------------------------------
