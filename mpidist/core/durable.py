@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 __all__ = ["OPERATIONS", "inject", "named_error", "StagedFile", "open_staged", "write_file",
+           "staged_write",
            "fsync_directory", "make_directories", "remove_file", "writer_token",
            "dead_writer"]
 
@@ -205,7 +206,17 @@ def remove_file(path: str) -> None:
 
 
 def write_file(path: str, write_fn: Callable[[StagedFile], object], what: str) -> None:
-    """Publish ``path`` with the bytes ``write_fn(file)`` writes: complete, or not at all.
+    """Publish ``path`` with the bytes ``write_fn(file)`` writes: complete, or not at all
+    (:func:`staged_write`)."""
+    with staged_write(path, what) as staged:
+        write_fn(staged)
+
+
+@contextlib.contextmanager
+def staged_write(path: str, what: str) -> Iterator[StagedFile]:
+    """Publish ``path`` with the bytes written to the yielded file in the ``with`` body:
+    complete when the body ends normally, not at all when it raises (a writer that streams,
+    such as ``Dataset.cache``, whose body is a whole pass over a dataset).
 
     The bytes go to an unnamed file in the same directory (Linux ``O_TMPFILE``), fsynced, then
     named and renamed over ``path`` in one step: a writer killed before that leaves nothing
@@ -223,7 +234,7 @@ def write_file(path: str, write_fn: Callable[[StagedFile], object], what: str) -
     try:
         make_directories(directory)
         staged, named = _open_temporary(path, directory, prefix, tmp)
-        write_fn(staged)
+        yield staged
         staged.sync()
         if not named:
             with _operation("link", tmp):

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Hashable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from mpidist.core import nest
+from mpidist.core import durable, nest
 from mpidist.data.dataset import Dataset, IterationContext, specs_match
 from mpidist.data.ops.registry import register
 from mpidist.data.saved_format import spec_from_json, spec_to_json
@@ -78,33 +77,19 @@ class CacheDataset(Dataset):
         self._memory.setdefault(key, elements)  # reached only at the end of the pass
 
     def _write(self, ctx: IterationContext, path: str) -> Iterator[Element]:
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
-                                    dir=directory)
-        done = False
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, np.array(self._header), allow_pickle=False)
-                count = 0
-                for element in self._inputs[0]._iterate(ctx):
-                    np.save(f, np.bool_(True), allow_pickle=False)
-                    for leaf in nest.flatten(element):
-                        np.save(f, np.asarray(leaf), allow_pickle=False)
-                    count += 1
-                    yield element
-                np.save(f, np.bool_(False), allow_pickle=False)
-                np.save(f, np.int64(count), allow_pickle=False)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temp, path)  # published whole, or not at all
-            done = True
-        finally:
-            if not done:
-                try:
-                    os.unlink(temp)
-                except OSError:
-                    pass
+        # mpidist's one commit primitive: published whole at the end of the pass, or not at
+        # all (a pass that stops early closes this generator, which discards the file).
+        with durable.staged_write(path, f"cache(filename={self._filename!r})") as f:
+            np.save(f, np.array(self._header), allow_pickle=False)
+            count = 0
+            for element in self._inputs[0]._iterate(ctx):
+                np.save(f, np.bool_(True), allow_pickle=False)
+                for leaf in nest.flatten(element):
+                    np.save(f, np.asarray(leaf), allow_pickle=False)
+                count += 1
+                yield element
+            np.save(f, np.bool_(False), allow_pickle=False)
+            np.save(f, np.int64(count), allow_pickle=False)
 
     def _read(self, path: str) -> Iterator[Element]:
         spec = self.element_spec
