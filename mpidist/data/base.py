@@ -284,7 +284,7 @@ class Dataset:
         auto-sharding splits by file."""
         map_func = _check_map_func("interleave", map_func)
         if cycle_length is None or cycle_length == AUTOTUNE:
-            cycle_length = _cpu_count()
+            cycle_length = cores_of_this_rank()  # TF's AUTOTUNE cycle length
         cycle_length = positive_int("cycle_length", cycle_length)
         block_length = 1 if block_length is None else positive_int("block_length", block_length)
         if num_parallel_calls is not None and num_parallel_calls != AUTOTUNE:
@@ -621,14 +621,6 @@ def _check_map_func(api: str, map_func: object) -> Callable[..., Dataset]:
         raise TypeError(f"{api}: map_func must be a callable that returns a Dataset for each "
                         f"element, got {short(map_func)}.{hint}")
     return map_func
-
-
-def _cpu_count() -> int:
-    """The CPU cores this process may run on (TF's AUTOTUNE cycle length)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 # -- What the distribution layer asks of a dataset ---------------------------------------------
